@@ -1,0 +1,32 @@
+# catcap developer commands. Every target sets up what it needs by itself.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.catcap-installed
+
+.PHONY: help setup test evaluate-example bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and exactly pinned: this machine's local CPU wheel, never CUDA downloads
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install catcap with its test extras
+
+test: $(STAMP)  ## run the whole test suite (the README's test command)
+	$(PY) -m pytest -q
+
+evaluate-example: $(STAMP)  ## score the bundled example results with `catcap evaluate`
+	$(VENV)/bin/catcap evaluate --example
+
+bench: $(STAMP)  ## run the metric benchmarks and print their tables
+	$(PY) benchmarks/metrics_speed.py
+
+clean:  ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache build src/*.egg-info

@@ -1,0 +1,5 @@
+"""``python -m catcap`` is the ``catcap`` command."""
+
+from catcap.cli.main import main
+
+raise SystemExit(main())
