@@ -99,7 +99,7 @@ def ngram_windows(enc: EncodedSentences, n: int = 4) -> Windows:
     for k in range(1, n + 1):
         if k > 1:
             shifted = np.zeros(num_tokens, np.int64)
-            shifted[: num_tokens - k + 1] = enc.ids[k - 1:]
+            shifted[: max(num_tokens - k + 1, 0)] = enc.ids[k - 1:]
             if (_max_code(prefix) + 1) * base >= _MAX_CODE:
                 prefix, _ = _rank(prefix)  # keep codes small and exact: rank, then extend
                 prefix = prefix + 1

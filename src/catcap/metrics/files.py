@@ -1,0 +1,144 @@
+"""Reading caption results and references, with errors that say how to fix the file.
+
+Results: the COCO result format, a JSON list of ``{"image_id": ..., "caption": "..."}``.
+References: either the COCO annotation format (``{"annotations": [{"image_id", "caption"},
+...]}``, e.g. ``captions_val2014.json``) or a Karpathy split file (``dataset_coco.json``:
+``{"images": [{"split", "sentences": [{"raw"}], "cocoid" | "imgid"}]}``) plus a split name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from catcap.metrics.errors import MetricInputError
+
+ImageId = Any  # int or str, as written in the files
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Parse a UTF-8 JSON file; every failure becomes a MetricInputError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise MetricInputError(f"{what} file not found: {path} (expected a JSON file; check the path)")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise MetricInputError(
+            f"{what} file {path} is not UTF-8 text (byte {err.start} is 0x{data[err.start]:02x}); "
+            f"expected UTF-8 JSON; re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise MetricInputError(
+            f"{what} file {path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
+        ) from None
+
+
+def _preview(items: Sequence, limit: int = 5) -> str:
+    shown = ", ".join(repr(x) for x in list(items)[:limit])
+    return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")
+
+
+def parse_results(data: Any, source: str = "results") -> dict[ImageId, str]:
+    """COCO result list -> {image_id: caption}; duplicate ids and bad entries are errors."""
+    if isinstance(data, dict) and "annotations" in data:
+        data = data["annotations"]
+    if not isinstance(data, list):
+        raise MetricInputError(
+            f"{source}: expected a JSON list of {{\"image_id\": ..., \"caption\": \"...\"}} objects "
+            f"(the COCO result format), found a {type(data).__name__}"
+        )
+    results: dict[ImageId, str] = {}
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict) or "image_id" not in entry or "caption" not in entry:
+            found = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            raise MetricInputError(f"{source}: entry {i} must have keys 'image_id' and 'caption'; found {found}")
+        image_id, caption = entry["image_id"], entry["caption"]
+        if not isinstance(caption, str):
+            raise MetricInputError(f"{source}: entry {i} (image_id {image_id!r}): caption must be a string, found {type(caption).__name__}")
+        if not isinstance(image_id, (int, str)) or isinstance(image_id, bool):
+            raise MetricInputError(f"{source}: entry {i}: image_id must be an integer or a string, found {image_id!r}")
+        results.setdefault(image_id, caption)
+    if len(results) != len(data):
+        dup = [k for k, c in Counter(e["image_id"] for e in data).items() if c > 1]
+        raise MetricInputError(
+            f"{source}: expected one caption per image, found duplicate image ids {_preview(dup)}; "
+            f"keep one caption per image (e.g. the top beam)"
+        )
+    if not results:
+        raise MetricInputError(f"{source}: the result list is empty; nothing to evaluate")
+    return results
+
+
+def parse_references(data: Any, split: str | None = None, source: str = "references") -> dict[ImageId, list[str]]:
+    """COCO annotations or a Karpathy split file -> {image_id: [raw captions]}."""
+    if isinstance(data, dict) and isinstance(data.get("annotations"), list):
+        refs: dict[ImageId, list[str]] = {}
+        for i, ann in enumerate(data["annotations"]):
+            if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+                raise MetricInputError(f"{source}: annotation {i} must have 'image_id' and a string 'caption'")
+            refs.setdefault(ann["image_id"], []).append(ann["caption"])
+        if split is not None:
+            raise MetricInputError(f"{source} is a COCO annotation file, which has no splits; drop --split {split}")
+        return _nonempty(refs, source)
+    if isinstance(data, dict) and isinstance(data.get("images"), list) and data["images"] and "sentences" in data["images"][0]:
+        return _karpathy(data["images"], split, source)
+    raise MetricInputError(
+        f"{source}: expected a COCO annotation file (an object with an 'annotations' list) or a "
+        f"Karpathy split file (an object with an 'images' list whose entries have 'sentences'); "
+        f"found {type(data).__name__}{' with keys ' + str(sorted(data)[:8]) if isinstance(data, dict) else ''}"
+    )
+
+
+def _karpathy(images: list, split: str | None, source: str) -> dict[ImageId, list[str]]:
+    splits = Counter(img.get("split", "<none>") for img in images)
+    if split is None:
+        raise MetricInputError(
+            f"{source} is a Karpathy split file: name the split to evaluate with --split "
+            f"(available: {', '.join(f'{k} ({v} images)' for k, v in sorted(splits.items()))})"
+        )
+    if split not in splits:
+        raise MetricInputError(f"{source}: no images in split {split!r}; available splits: {', '.join(sorted(splits))}")
+    refs: dict[ImageId, list[str]] = {}
+    for img in images:
+        if img.get("split") != split:
+            continue
+        image_id = img.get("cocoid", img.get("imgid", img.get("filename")))
+        refs[image_id] = [s["raw"] if "raw" in s else " ".join(s["tokens"]) for s in img["sentences"]]
+    return _nonempty(refs, source)
+
+
+def _nonempty(refs: dict, source: str) -> dict:
+    empty = [k for k, v in refs.items() if not v]
+    if empty or not refs:
+        raise MetricInputError(f"{source}: every image needs at least one reference caption; none for {_preview(empty) or 'any image'}")
+    return refs
+
+
+def match_results(results: Mapping[ImageId, str], references: Mapping[ImageId, list[str]]) -> list[ImageId]:
+    """Image ids to score (those of the results); every one must have references."""
+    missing = [k for k in results if k not in references]
+    if missing:
+        hint = ""
+        if all(isinstance(k, str) for k in missing) and any(isinstance(k, int) for k in references):
+            hint = " (results use string ids, references integer ids: write image_id as a number)"
+        elif all(isinstance(k, int) for k in missing) and any(isinstance(k, str) for k in references):
+            hint = " (results use integer ids, references string ids)"
+        raise MetricInputError(
+            f"results have captions for {len(missing)} image(s) that the references do not contain: "
+            f"{_preview(missing)}{hint}; evaluate against the references of the same split"
+        )
+    return list(results)
+
+
+def load_results(path: str | Path) -> dict[ImageId, str]:
+    return parse_results(read_json(path, "results"), source=str(path))
+
+
+def load_references(path: str | Path, split: str | None = None) -> dict[ImageId, list[str]]:
+    return parse_references(read_json(path, "references"), split, source=str(path))

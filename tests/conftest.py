@@ -1,0 +1,22 @@
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "metrics" / "data"
+
+
+@pytest.fixture(scope="session")
+def coco_sample():
+    """2,000 real COCO val2014 images with their 5-7 human captions each."""
+    with gzip.open(DATA / "coco_val2000.json.gz", "rt", encoding="utf-8") as f:
+        return json.load(f)["images"]
+
+
+@pytest.fixture(scope="session")
+def java_available():
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime on PATH (install e.g. openjdk-17-jre-headless to run this test)")
+    return True
