@@ -68,14 +68,17 @@ class DocumentFrequency:
         return cls(list(cs.enc.words[1:]), grams, dfs, len(references))
 
     def lookup(self, words: Sequence, gram_words: np.ndarray, gram_order: np.ndarray) -> np.ndarray:
-        """(G,) df of n-grams given as (G, n) ids into ``words`` (0-padded) and their orders."""
+        """(G,) df of n-grams given as (G, n) ids into ``words`` (0-padded) and their orders.
+
+        ``words[i]`` is the token of batch id i (``words[0]`` is an unused placeholder).
+        """
         to_df = np.fromiter((self._index.get(w, 0) for w in words), dtype=np.int64, count=len(words))
         ids = to_df[gram_words]
         out = np.zeros(len(gram_words), np.float64)
         idx = ids[:, 0] - 1  # level-1 rows are the words themselves, in id order
         idx[ids[:, 0] == 0] = -1
         base = len(self.words) + 1
-        for k in range(1, self.n + 1):
+        for k in range(1, min(self.n, gram_words.shape[1]) + 1):
             if k > 1:
                 idx = _find(self._keys[k - 1], np.where(idx >= 0, idx * base + ids[:, k - 1], -1), ids[:, k - 1] > 0)
             here = (gram_order == k) & (idx >= 0)

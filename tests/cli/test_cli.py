@@ -1,0 +1,98 @@
+"""The catcap command, run as a user runs it (a real subprocess)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from catcap import api
+
+
+def catcap(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "catcap", *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+    return proc
+
+
+def test_help_teaches():
+    out = catcap("evaluate", "--help").stdout
+    for word in ("COCO result format", "Karpathy", "--split", "CIDEr-D", "examples:"):
+        assert word in out
+    assert "paired" in catcap("compare", "--help").stdout.lower()
+    assert "evaluate" in catcap().stdout
+
+
+def test_evaluate_example_writes_toolkit_names(tmp_path):
+    out = tmp_path / "scores.json"
+    proc = catcap("evaluate", "--example", "--metrics", "bleu,rouge,cider,cider-plain", "--output", str(out))
+    assert "Bleu_4" in proc.stdout and "CIDEr" in proc.stdout
+    data = json.loads(out.read_text())
+    assert set(data["corpus"]) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L", "CIDEr", "CIDEr_plain"}
+    assert len(data["per_image"]) == 50 and {"image_id", "CIDEr"} <= set(data["per_image"][0])
+    assert 0.2 < data["corpus"]["Bleu_4"] < 0.5 and 0.5 < data["corpus"]["CIDEr"] < 1.5  # human vs human
+
+
+def test_evaluate_matches_pycocoevalcap_on_the_example(java_available):
+    """Against the real toolkit (its Java tokenizer included) on the bundled example."""
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    results_path, refs_path = api.example_files()
+    ev = api.evaluate(results_path, refs_path, metrics="bleu,rouge,cider")
+    res = {r["image_id"]: [{"caption": r["caption"]}] for r in json.loads(results_path.read_text())}
+    gts = {}
+    for a in json.loads(refs_path.read_text())["annotations"]:
+        gts.setdefault(a["image_id"], []).append({"caption": a["caption"]})
+    gts = {k: gts[k] for k in res}
+    tok = PTBTokenizer()
+    gts, res = tok.tokenize(gts), tok.tokenize(res)
+    expected = dict(zip(["Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"], Bleu(4).compute_score(gts, res, verbose=0)[0]))
+    expected["ROUGE_L"] = Rouge().compute_score(gts, res)[0]
+    expected["CIDEr"] = Cider().compute_score(gts, res)[0]
+    for name, value in expected.items():
+        assert ev.corpus[name] == pytest.approx(value, abs=1e-9), name
+
+
+def test_compare_prints_a_table(tmp_path):
+    results_path, refs_path = api.example_files()
+    worse = [{"image_id": r["image_id"], "caption": "a photo"} for r in json.loads(results_path.read_text())]
+    (tmp_path / "worse.json").write_text(json.dumps(worse))
+    proc = catcap("compare", str(results_path), str(tmp_path / "worse.json"), "--refs", str(refs_path),
+                  "--metrics", "bleu,cider", "--resamples", "200")
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("CIDEr"))
+    assert "-" in line.split()[3]  # B is worse
+    assert "95% CI" in proc.stdout
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe not utf8", "not UTF-8"),
+    (b"{not json", "not valid JSON"),
+    (b'[{"image_id": 1, "caption": "a"}, {"image_id": 1, "caption": "b"}]', "duplicate image ids"),
+    (b'[{"image_id": 99999999, "caption": "a"}]', "references do not contain"),
+    (b'{"foo": 1}', "expected a JSON list"),
+])
+def test_bad_results_exit_2_with_a_clear_message(tmp_path, content, message):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    _, refs_path = api.example_files()
+    proc = catcap("evaluate", "--results", str(bad), "--refs", str(refs_path), "--metrics", "bleu", check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_empty_captions_score_zero_and_are_reported(tmp_path):
+    results_path, refs_path = api.example_files()
+    res = json.loads(results_path.read_text())
+    res[0]["caption"] = ""
+    res[1]["caption"] = " . ! "
+    (tmp_path / "r.json").write_text(json.dumps(res))
+    out = tmp_path / "s.json"
+    proc = catcap("evaluate", "--results", str(tmp_path / "r.json"), "--refs", str(refs_path), "--metrics",
+                  "bleu,rouge,cider", "--output", str(out))
+    assert "2 candidate(s) are empty" in proc.stdout
+    rows = json.loads(out.read_text())["per_image"]
+    assert rows[0]["CIDEr"] == 0 and rows[1]["Bleu_1"] < 1e-6 and rows[1]["ROUGE_L"] == 0
