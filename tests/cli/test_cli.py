@@ -31,7 +31,7 @@ def test_evaluate_example_writes_toolkit_names(tmp_path):
     data = json.loads(out.read_text())
     assert set(data["corpus"]) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L", "CIDEr", "CIDEr_plain"}
     assert len(data["per_image"]) == 50 and {"image_id", "CIDEr"} <= set(data["per_image"][0])
-    assert 0.2 < data["corpus"]["Bleu_4"] < 0.5 and 0.5 < data["corpus"]["CIDEr"] < 1.5  # human vs human
+    assert 0.1 < data["corpus"]["Bleu_4"] < 0.4 and 0.4 < data["corpus"]["CIDEr"] < 1.5  # human vs human
 
 
 def test_evaluate_matches_pycocoevalcap_on_the_example(java_available):

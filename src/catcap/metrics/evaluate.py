@@ -117,6 +117,8 @@ def evaluate_tokenized(
     cs = count_caption_set(cands, refs)
     for key in metrics:
         start = time.perf_counter()
+        if key in ("meteor", "spice"):
+            log(f"computing {NAMES[key][0]} with Java (the JVM and its resources take a few seconds to load)")
         try:
             _run_metric(key, ev, cs, cands, refs, corenlp_dir)
         except MetricUnavailable as err:
@@ -166,6 +168,7 @@ def print_table(ev: Evaluation, file=sys.stdout) -> None:
     for name, value in ev.corpus.items():
         print(f"{name:<12} {value:>8.4f}", file=file)
     for key, reason in ev.unavailable.items():
-        print(f"{NAMES[key][0]:<12} {'n/a':>8}   unavailable: {reason}", file=file)
+        short = reason if len(reason) <= 100 else reason[:97] + "..."
+        print(f"{NAMES[key][0]:<12} {'n/a':>8}   unavailable: {short}", file=file)
     if ev.empty:
         print(f"note: {len(ev.empty)} candidate(s) are empty after tokenisation and score 0", file=file)
