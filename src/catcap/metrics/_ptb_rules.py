@@ -1,0 +1,571 @@
+"""Rules of the Penn Treebank lexer of Stanford CoreNLP 3.4.1, re-expressed as Python regexes.
+
+The jar's ``PTBLexer`` is a JFlex scanner: at each position it takes the
+*longest* match over all of its rules (trailing context ``r1/r2`` included in
+the length) and, on a tie, the rule written first.  :func:`lex` emulates that
+with one compiled regex per rule (or per alternative of a rule, where Python's
+first-alternative-wins semantics could otherwise return a shorter match),
+grouped by the first character they can start with.
+
+Every rule pattern captures the token part in group 1 when it has a trailing
+context; the action then decides the token text and where lexing resumes
+(JFlex ``yypushback``).  Only the options ``pycocoevalcap`` uses matter here:
+``-preserveLines`` (newlines are tokens) and the 3.4.1 defaults (PTB3 escaping:
+``-LRB-``, LaTeX quotes, ``--`` dashes, ``...`` ellipses, fractions and a few
+currency signs normalised, no americanisation, no ``\\/`` escaping, unknown
+characters deleted).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, List, Optional, Tuple
+
+from ._ptb_charsets import DIGIT as _DIG_BODY
+from ._ptb_charsets import LETTER as _LET_BODY
+from ._ptb_charsets import LETTER_EXTRA as _LETX_BODY
+from ._ptb_charsets import MISC as _MISC_BODY
+from ._ptb_charsets import UPPER as _UP_BODY
+
+#: Marker the lexer emits for a line break inside the text (JFlex NEWLINE).
+NEWLINE_TOKEN = "\n"
+
+# ---------------------------------------------------------------------------
+# Macros (JFlex names kept so the rules can be compared with the grammar)
+# ---------------------------------------------------------------------------
+_SP = r" \t\u00a0\u2000-\u200a\u3000"
+_NL = r"\r\n\u2028\u2029\x0b\x0c\x85"
+SPACE = f"[{_SP}]"
+SPACENL = f"[{_SP}{_NL}]"
+LET = f"[{_LET_BODY}]"  # [:letter:]
+DIG = f"[{_DIG_BODY}]"  # [:digit:]
+ALNUM = f"[{_LET_BODY}{_DIG_BODY}]"
+UPPER = f"[{_UP_BODY}]"
+SPLET = r"&[aeiouAEIOU](?i:acute|grave|uml);"
+LETTER = f"(?:[{_LET_BODY}{_LETX_BODY}]|{SPLET})"
+LETTER_OR_DIGIT = f"(?:[{_LET_BODY}{_LETX_BODY}{_DIG_BODY}]|{SPLET})"
+WORD = f"{LETTER}{LETTER_OR_DIGIT}*(?:[.!?]{LETTER}{LETTER_OR_DIGIT}*)*"
+APOS = r"(?:['\u0092\u2019]|&(?i:apos);)"
+APOSETC = r"(?:['`\u0092\u2019\u0091\u2018\u201b]|&(?i:apos);)"
+HYPHEN = r"[\-_\u058a\u2010\u2011]"
+NUM = f"(?:{DIG}*(?:[.:,\u00ad\u066b\u066c]{DIG}+)+|{DIG}+)"
+NUMBER = f"[\\-+]?{NUM}"
+ACRO = r"(?:[A-Za-z](?:\.[A-Za-z])*|(?i:canada|sino|korean|eu|japan|non)-(?i:u\.s)|(?i:u\.s\.-)(?i:u\.k|u\.s\.s\.r))"
+REDAUX = f"{APOS}(?:[msdMSD]|(?i:re|ve|ll))"
+SREDAUX = f"(?i:n){APOSETC}(?i:t)"
+SWORD = r"[A-Za-z\u00ad]*[A-MO-Za-mo-z]\u00ad*"
+SGML = (
+    r"<(?:[!?][A-Za-z\-][^>\r\n]*|[A-Za-z][A-Za-z0-9_:.\-]*"
+    r"(?:[ ]+(?:[A-Za-z][A-Za-z0-9_:.\-]*[ ]*=[ ]*(?:'[^']*'|\"[^\"]*\")|[A-Za-z][A-Za-z0-9_:.\-]*))*"
+    r"[ ]*/?|/[A-Za-z][A-Za-z0-9_:.\-]*)[ ]*>"
+)
+SENTEND = f"{SPACENL}(?:{SPACENL}|{UPPER}|{SGML})"
+INSENTP = r"[,;:\u3001]"
+THING_PART = f"(?:[dDoOlL]{APOSETC}{ALNUM})?{ALNUM}+"
+THING = f"{THING_PART}(?:{HYPHEN}{THING_PART})*"
+ACRO2 = r"(?:[A-Za-z](?:\.[A-Za-z])+|(?i:canada|sino|korean|eu|japan|non)-(?i:u\.s)|(?i:u\.s\.-)(?i:u\.k|u\.s\.s\.r))"
+HTHING = f"[A-Za-z0-9][A-Za-z0-9.,\u00ad]*(?:-(?:{ACRO2}\\.|[A-Za-z0-9\u00ad]+))+"
+THINGA = r"[A-Z]+(?:(?:[+&]|&(?i:amp);)[A-Z]+)+"
+
+
+def _caseless(words: List[str]) -> str:
+    return "(?i:" + "|".join(words) + ")"
+
+
+def _first_cased(words: List[str]) -> str:
+    """JFlex ``[A]rk``: first letter case-sensitive, the rest caseless."""
+    return "|".join(w[0] + "(?i:" + w[1:] + ")" for w in words)
+
+
+# Abbreviations (ABBREV1: usually followed by lower case; a following capital
+# or end of text makes the jar repeat the period as a sentence end).
+_ABBREV1_WORDS = (
+    "jan feb mar apr jun jul aug sep sept oct nov dec "  # months ("May." is no abbreviation)
+    "mon tue tues wed thu thurs fri "  # days
+    "ala ariz calif colo conn ct dak fla ga ind kan kans ky md mich minn mo mont neb nev okla "
+    "penn tenn va vt wis wisc wyo "  # states
+    "inc co cos corp pty ptys pte ptes ppty pptys ppte pptes ltd plc rt bancorp bhd assn univ "
+    "intl sys tel est ext sq jr sr bros blvd rd esq etc al seq bldg"
+).split()
+_ABBREV1_CASED = "Az Ark Del Ill La Mass Miss Ore Pa Tex Wash".split()
+_DOTTED1 = [r"ed\.d", r"ph\.d"]
+ABBREV1 = f"(?:{_caseless(_ABBREV1_WORDS + _DOTTED1)}|{_first_cased(_ABBREV1_CASED)})\\."
+# ABBREV4 (+ period = ABBREV2): titles etc., usually followed by a capital.
+_ABBREV4_WORDS = (
+    "mr mrs ms dr drs prof profs sen sens rep reps atty attys lt col gen messrs gov govs adm rev "
+    "maj sgt cpl pvt capt st ste ave pres lieut hon brig cmdr comdr pfc spc supt supts det mt ft "
+    "adj adv asst assoc ens insp mlle mme msgr sfc vs alex wm jos cie cf treas ph "
+    "invt elec natl mfg mtg dept"
+).split()
+_DOTTED4 = [r"a\.k\.a"]
+ABBREV4 = f"(?:{ACRO}|{_caseless(_ABBREV4_WORDS + _DOTTED4)}|M(?i:iss))"
+# ABBREV3: abbreviations only before a number ("fig. 3").
+_ABBREV3_WORDS = "ca fig figs prop no nos art bldg pp op".split()
+ABBREV3 = f"{_caseless(_ABBREV3_WORDS)}\\."
+#: Lower-cased words that, followed by a period, may form an abbreviation token
+#: (a superset: single letters too).  Used to keep the shortcuts off them.
+ABBREV_WORDS = frozenset(
+    [w.lower() for w in _ABBREV1_WORDS + _ABBREV1_CASED + _ABBREV4_WORDS + _ABBREV3_WORDS]
+    + list("abcdefghijklmnopqrstuvwxyz")
+)
+_ACRO_FOLLOWERS = (
+    "About|According|Additionally|After|An|A|As|At|But|Earlier|He|Her|Here|However|If|In|It"
+    "|Last|Many|More|Mr\\.|Ms\\.|Now|Once|One|Other|Our|She|Since|So|Some|Such|That|The|Their|Then"
+    "|There|These|They|This|We|When|While|What|Yet|You"
+)
+# [A]bout etc.: the first letter is case-sensitive, the rest caseless.
+_ACRO_FOLLOW = "(?:" + "|".join(w[0] + "(?i:" + w[1:] + ")" if len(w) > 1 else w
+                                 for w in _ACRO_FOLLOWERS.split("|")) + f"|{SGML})"
+FRAC = f"(?:{DIG}{{1,4}}[\\- \u00a0])?{DIG}{{1,4}}(?:\\\\?/|\u2044){DIG}{{1,4}}"
+PHONE = (
+    r"(?:\([0-9]{2,3}\)[ \u00a0]?|(?:\+\+?)?(?:[0-9]{2,4}[\- \u00a0])?[0-9]{2,4}[\- \u00a0])"
+    r"[0-9]{3,4}[\- \u00a0]?[0-9]{3,5}|(?:(?:\+\+?)?[0-9]{2,4}\.)?[0-9]{2,4}\.[0-9]{3,4}\.[0-9]{3,5}"
+)
+_URLNOT = "[^ \\t\\n\\f\\r\\\"<>|()]"
+_URLEND = "[^ \\t\\n\\f\\r\\\"<>|.!?(){},-]"
+LIKELYURL_PATH = f"(?:/{_URLNOT}+{_URLEND})?"
+EMAIL = (
+    r"(?:&(?i:lt);|<)?[a-zA-Z0-9][^ \t\n\f\r\"<>|(){}\u00a0]*@(?:[^ \t\n\f\r\"<>|(){}.\u00a0]+\.)*"
+    r"[^ \t\n\f\r\"<>|(){}.\u00a0]+(?:&(?i:gt);|>)?"
+)
+_FILENAME_EXT = (
+    "bat|bmp|c|class|cgi|cpp|dll|doc|docx|exe|gif|gz|h|htm|html|jar|java|jpeg|jpg|mov|mp3|pdf"
+    "|php|pl|png|ppt|ps|py|sql|tar|txt|wav|x|xml|zip"
+)
+FILENAME = f"{LETTER_OR_DIGIT}+(?:\\.{LETTER_OR_DIGIT}+)*\\.(?i:{_FILENAME_EXT})"
+MISCSYMBOL = f"[+%&~^|\\\\{_MISC_BODY}]"
+QUOTES = (
+    f"''|[`\u2018\u2019\u201a\u201b\u201c\u201d\u0091\u0092\u0093\u0094\u201e\u201f"
+    f"\u2039\u203a\u00ab\u00bb]{{1,2}}|{APOS}"
+)
+SMILEY = r"[<>]?[:;=][\-o*']?[()DPdpO\\{@|\[\]]"
+ASIANSMILEY = (
+    r"[\^x=~<>]\.\[\^(?i:x)=~<>\]|[\-\^x=~<>']_[\-\^x=~<>']|\([\-\^x=~<>'][_.]?[\-\^x=~<>']\)"
+)
+
+# ---------------------------------------------------------------------------
+# Token normalisations (the lexer's actions)
+# ---------------------------------------------------------------------------
+_SOFT_HYPHEN = "\u00ad"
+_LEFT_SINGLE = re.compile("[\u0091\u2018\u201b\u2039]")
+_RIGHT_SINGLE = re.compile("[\u0092\u2019\u203a]")
+_LEFT_DOUBLE = re.compile("[\u0093\u201c\u00ab]")
+_RIGHT_DOUBLE = re.compile("[\u0094\u201d\u00bb]")
+_ASCII_SINGLE = re.compile("&apos;|'")
+_ASCII_DOUBLE = re.compile('"|&quot;')
+_AMP = re.compile("(?i:&amp;)")
+_FRACTIONS = {"\u00bc": "1/4", "\u00bd": "1/2", "\u00be": "3/4", "\u2153": "1/3", "\u2154": "2/3"}
+_CURRENCY = {"\u00a2": "cents", "\u00a3": "#", "\u0080": "$", "\u00a4": "$", "\u20a0": "$",
+             "\u20ac": "$"}
+
+
+def remove_soft_hyphens(tok: str) -> str:
+    """Drop U+00AD (a token made only of soft hyphens becomes ``-``)."""
+    if _SOFT_HYPHEN not in tok:
+        return tok
+    return tok.replace(_SOFT_HYPHEN, "") or "-"
+
+
+def latex_quotes(tok: str, probably_left: bool) -> str:
+    """Map quote characters to the PTB/LaTeX ones: opening ` and ``, closing ' and ''."""
+    if probably_left:
+        tok = _ASCII_SINGLE.sub("`", tok)
+        tok = _ASCII_DOUBLE.sub("``", tok)
+    else:
+        tok = _ASCII_SINGLE.sub("'", tok)
+        tok = _ASCII_DOUBLE.sub("''", tok)
+    tok = _LEFT_SINGLE.sub("`", tok)
+    tok = _RIGHT_SINGLE.sub("'", tok)
+    tok = _LEFT_DOUBLE.sub("``", tok)
+    return _RIGHT_DOUBLE.sub("''", tok)
+
+
+def normalize_amp(tok: str) -> str:
+    """Replace the entity ``&amp;`` (any case) with ``&``."""
+    return _AMP.sub("&", tok) if "&" in tok else tok
+
+
+def _parens(tok: str) -> str:
+    """Round brackets inside a token (phones, smileys) as ``-LRB-``/``-RRB-``."""
+    return tok.replace("(", "-LRB-").replace(")", "-RRB-")
+
+
+# Actions: ``action(match, start) -> (token or None, position where lexing resumes)``.
+Action = Callable[[re.Match, int], Tuple[Optional[str], int]]
+
+
+def _keep(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """The match is the token."""
+    return m.group(0), m.end()
+
+
+def _keep_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Group 1 is the token; its trailing context is lexed again."""
+    return m.group(1), m.end(1)
+
+
+def _drop(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Nothing (spaces, deleted characters)."""
+    return None, m.end()
+
+
+def _const(value: str) -> Action:
+    """Action giving the fixed token ``value``."""
+
+    def act(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+        return value, m.end()
+    return act
+
+
+def _pushback(n: int) -> Action:
+    """Action keeping all but the last ``n`` characters (lexed again)."""
+
+    def act(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+        end = m.end() - n
+        return m.string[start:end], end
+    return act
+
+
+def _soft(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """The match without soft hyphens."""
+    return remove_soft_hyphens(m.group(0)), m.end()
+
+
+def _soft_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Group 1 without soft hyphens."""
+    return remove_soft_hyphens(m.group(1)), m.end(1)
+
+
+def _quote_right(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """The match with quotes normalised as closing ones."""
+    return latex_quotes(m.group(0), False), m.end()
+
+
+def _quote_right_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Group 1 with quotes normalised as closing ones."""
+    return latex_quotes(m.group(1), False), m.end(1)
+
+
+def _quote_left_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Group 1 with quotes normalised as opening ones."""
+    return latex_quotes(m.group(1), True), m.end(1)
+
+
+def _amp(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """The match with ``&amp;`` decoded."""
+    return normalize_amp(m.group(0)), m.end()
+
+
+def _amp_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Group 1 with ``&amp;`` decoded."""
+    return normalize_amp(m.group(1)), m.end(1)
+
+
+def _nbsp(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """The match with its spaces turned into no-break spaces."""
+    return m.group(0).replace(" ", "\u00a0"), m.end()
+
+
+def _phone(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """A phone number: no-break spaces, bracket tokens."""
+    return _parens(m.group(0).replace(" ", "\u00a0")), m.end()
+
+
+def _smiley_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """A smiley (group 1) with bracket tokens."""
+    return _parens(m.group(1)), m.end(1)
+
+
+def _smiley(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """A smiley with bracket tokens."""
+    return _parens(m.group(0)), m.end()
+
+
+def _fraction(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """A fraction character, spelled out for the five common ones."""
+    tok = m.group(0)
+    return _FRACTIONS.get(tok, tok), m.end()
+
+
+def _currency(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """A currency sign, some mapped to PTB forms (cents, #, $)."""
+    tok = m.group(0)
+    return _CURRENCY.get(tok, tok), m.end()
+
+
+def _hyphens(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Three or four hyphens make a dash ``--``; other runs stay."""
+    tok = m.group(0)
+    return ("--" if 3 <= len(tok) <= 4 else tok), m.end()
+
+
+def _period_dup_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Abbreviation before a sentence end: keep ``Co.`` and lex its period again."""
+    end = m.end(1)
+    return m.group(1), end - 1
+
+
+def _period_dup(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """Abbreviation at the very end: keep ``Co.`` and lex its period again."""
+    end = m.end()
+    return m.group(0), end - 1
+
+
+def _acronym_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """ACRONYM before a sentence-initial word: ``U.S.`` + ``.``; ``I.`` -> ``I`` + ``.``."""
+    tok = m.group(1)
+    end = m.end(1)
+    if len(tok) == 2:
+        return tok[0], end - 1
+    return tok, end - 1
+
+
+def _newline(m: re.Match, start: int) -> Tuple[Optional[str], int]:
+    """A line break."""
+    return NEWLINE_TOKEN, m.end()
+
+
+# ---------------------------------------------------------------------------
+# Rules, in the grammar's priority order
+# ---------------------------------------------------------------------------
+# (first characters it may start with -- a regex class body or None for "any" --,
+#  pattern, action)
+_ANY = None
+_RULES: List[Tuple[Optional[str], str, Action]] = [
+    # assimilations: "cannot" -> "can" "not", "gonna" -> "gon" "na", "'tis" -> "'t" "is"
+    ("cC", r"(?i:cannot)", _pushback(3)),
+    ("'", r"'(?i:twas)", _pushback(3)),
+    ("'\u0092\u2019&", f"{APOS}(?i:tis)", _pushback(2)),
+    ("gGlLwW", r"(?i:gonna|gotta|lemme|gimme|wanna)", _pushback(2)),
+    ("cCfF", r"(?i:c)\+\+|(?i:c|f)#", _keep),
+    ("<", SGML, _nbsp),
+    ("&\u0096\u0097\u2013\u2014\u2015", r"&(?i:md|mdash|ndash);|[\u0096\u0097\u2013\u2014\u2015]",
+     _const("--")),
+    ("&", r"&(?i:amp);", _const("&")),
+    ("&", r"&(?i:ht|tl|ur|lr|qc|ql|qr|odq|cdq|#[0-9]+);", _keep),
+    (_ANY, f"({WORD}){REDAUX}", _soft_g1),
+    ("A-Za-z\u00ad", f"({SWORD}){SREDAUX}", _soft_g1),
+    (_ANY, WORD, _soft),
+    # APOWORD, one alternative per pattern so that the longest one wins
+    ("'\u0092\u2019&", f"{APOS}(?i:n){APOS}?", _keep),
+    ("lLdDjJ", f"[lLdDjJ]{APOS}", _keep),
+    ("dDsSoO", f"(?i:dunkin|somethin|ol){APOS}", _keep),
+    ("'\u0092\u2019&", f"{APOS}(?:(?i:em)|[2-9]0(?i:s)|(?i:till?)|(?i:cause))", _keep),
+    ("A-HJ-XZn", f"[A-HJ-XZn]{APOSETC}{LET}{{2}}{LET}*", _keep),
+    (_ANY, f"{LET}+[aeiouyAEIOUY]{APOSETC}[aeiouA-Z]{LET}*", _keep),
+    ("cCnNeEsSlL", r"(?i:cont'd\.?|nor'easter|c'mon|e'er|s'mores|ev'ry|li'l|nat'l)", _keep),
+    ("oO", f"(?i:o){APOSETC}(?i:o)", _keep),
+    ("yY", f"((?i:y){APOS}){LET}", _keep_g1),
+    ("hH", r"(?i:https?)://[^ \t\n\f\r\"<>|(){}]+[^ \t\n\f\r\"<>|.!?(){},-]", _keep),
+    ("wW", f"(?i:www)\\.(?:[^ \\t\\n\\f\\r\\\"<>|.!?(){{}},]+\\.)+[a-zA-Z]{{2,4}}{LIKELYURL_PATH}",
+     _keep),
+    (_ANY, f"(?:[^ \\t\\n\\f\\r\\\"`'<>|.!?(){{}},-_$]+\\.)+(?i:com|net|org|edu){LIKELYURL_PATH}",
+     _keep),
+    ("<&a-zA-Z0-9", EMAIL, _keep),
+    ("@", r"@[a-zA-Z_][a-zA-Z_0-9]*", _keep),
+    ("#", f"#{LETTER}+", _keep),
+    ("'\u0092\u2019&", f"({REDAUX})[^A-Za-z]", _quote_right_g1),
+    ("nN", SREDAUX, _quote_right),
+    (_ANY, f"{DIG}{{1,2}}[\\-/]{DIG}{{1,2}}[\\-/]{DIG}{{2,4}}", _keep),
+    (_ANY, NUMBER, _soft),
+    ("\u207a\u207b\u208a\u208b\u2070\u00b9\u00b2\u00b3\u2074-\u2079\u2080-\u2089",
+     r"[\u207a\u207b\u208a\u208b]?(?:[\u2070\u00b9\u00b2\u00b3\u2074-\u2079]+|[\u2080-\u2089]+)",
+     _keep),
+    (_ANY, FRAC, _nbsp),
+    ("\u00bc\u00bd\u00be\u2153-\u215e", r"[\u00bc\u00bd\u00be\u2153-\u215e]", _fraction),
+    ("-cCpPaAsS", r"-(?i:rrb|lrb|rcb|lcb|rsb|lsb)-|(?i:c\.d\.s|pro-|anti-)"
+     r"|(?i:s)(?:&|&(?i:amp);)(?i:p-500|ls)|(?i:cap)" + APOS + "(?i:n)|(?i:c)" + APOS + "(?i:est)",
+     _amp),
+    ("A-Za-z0-9", r"[A-Za-z0-9]+(?:-[A-Za-z]+){0,2}(?:\\?/[A-Za-z0-9]+(?:-[A-Za-z]+){0,2}){1,2}",
+     _keep),
+    ("A-Z$#", r"[A-Z]*\$|#", _keep),
+    ("\u00a2\u00a3\u00a4\u00a5\u0080\u20a0\u20ac\u060b\u0e3f\u20a4\uffe0\uffe1\uffe5\uffe6",
+     r"[\u00a2\u00a3\u00a4\u00a5\u0080\u20a0\u20ac\u060b\u0e3f\u20a4\uffe0\uffe1\uffe5\uffe6]",
+     _currency),
+    ("A-Za-z", f"({ACRO}\\.){SPACENL}+{_ACRO_FOLLOW}{SPACENL}", _acronym_g1),
+    ("cCfFpPnNaAbBoO", f"({ABBREV3}){SPACENL}?{DIG}", _keep_g1),
+    ("pPcC", f"((?i:pt)[eyEY]\\.|(?i:co)\\.){SPACE}(?i:ltd|lim)", _keep_g1),
+    ("A-Za-z", f"({ABBREV1}){SENTEND}", _period_dup_g1),
+    ("A-Za-z", f"({ABBREV1})[\\s\\S]{{2}}", _keep_g1),
+    ("A-Za-z", ABBREV1, _period_dup),
+    ("A-Za-z", f"{ABBREV4}\\.", _keep),
+    ("A-Za-z", f"({ABBREV4}){SPACE}", _keep_g1),
+    ("A-Za-z", f"({ACRO}){SPACENL}", _keep_g1),
+    ("'\u0092\u2019&", f"({APOS}[0-9][0-9]){SPACENL}", _keep_g1),
+    (_ANY, f"({FILENAME})(?:{SPACENL}|[.?!,])", _keep_g1),
+    (_ANY, f"({WORD}\\.){INSENTP}", _soft_g1),
+    ("(+0-9", PHONE, _phone),
+    ('"&', r'("|&(?i:quot);)[A-Za-z0-9$]', _quote_left_g1),
+    ('"&', r'"|&(?i:quot);', _quote_right),
+    ("\x7f", "\x7f", _drop),
+    ("<&", r"<|&(?i:lt);", _const("<")),
+    (">&", r">|&(?i:gt);", _const(">")),
+    ("<>:;=", f"({SMILEY})[^A-Za-z0-9]", _smiley_g1),
+    ("\\^x=~<>'(\\-", ASIANSMILEY, _smiley),
+    ("{", r"\{", _const("-LCB-")),
+    ("}", r"\}", _const("-RCB-")),
+    ("\\[", r"\[", _const("-LSB-")),
+    ("\\]", r"\]", _const("-RSB-")),
+    ("(", r"\(", _const("-LRB-")),
+    (")", r"\)", _const("-RRB-")),
+    ("-", r"-+", _hyphens),
+    (".\u0085\u2026", r"\.{3,5}|(?:\.[ \u00a0]){2,4}\.|[\u0085\u2026]", _const("...")),
+    ("@#_", r"@+|#+|_+", _keep),
+    ("*\\\\", r"\*+|(?:\\\*){1,3}", _keep),
+    (",;:\u3001", INSENTP, _keep),
+    ("?!", r"[?!]+", _keep),
+    (".", r"\.", _keep),
+    ("=", "=", _keep),
+    ("/", "/", _keep),
+    ("A-Za-z0-9", f"({HTHING}\\.){INSENTP}", _soft_g1),
+    ("A-Za-z0-9", HTHING, _soft),
+    (_ANY, f"({THING}\\.){INSENTP}", _keep_g1),
+    (_ANY, THING, _keep),
+    ("A-Z", f"({THINGA}\\.){INSENTP}", _amp_g1),
+    ("A-Z", THINGA, _amp),
+    ("'", r"(')[A-Za-z][^ \t\n\r\u00a0]", _quote_left_g1),
+    ("'\u0092\u2019&", REDAUX, _quote_right),
+    (_ANY, QUOTES, _quote_right),
+    ("<>", r"<<|>>", _keep),
+    (_ANY, MISCSYMBOL, _keep),
+    (f"\x00{_SP}\u200b\u200e\u200f\ufeff", f"\x00|{SPACE}+|[\u200b\u200e\u200f\ufeff]", _drop),
+    (_NL, r"\r\n|[\r\n\u2028\u2029\x0b\x0c\x85]", _newline),
+    ("&", r"&(?i:nbsp);", _drop),
+]
+
+
+# ---------------------------------------------------------------------------
+# The scanner
+# ---------------------------------------------------------------------------
+_Compiled = Tuple[re.Pattern, Action]
+_COMPILED: List[Tuple[Optional[re.Pattern], re.Pattern, Action]] = [
+    (None if first is None else re.compile(f"[{first}]", re.IGNORECASE), re.compile(pattern), act)
+    for first, pattern, act in _RULES
+]
+_CANDIDATES: dict = {}
+
+
+def _candidates(char: str) -> Tuple[_Compiled, ...]:
+    """Rules that can start with ``char``, in priority order (memoised per character)."""
+    found = _CANDIDATES.get(char)
+    if found is None:
+        found = tuple((rx, act) for first, rx, act in _COMPILED
+                      if first is None or first.match(char))
+        _CANDIDATES[char] = found
+    return found
+
+
+for _code in range(128):
+    _candidates(chr(_code))
+
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _to_utf16(match: re.Match) -> str:
+    code = ord(match.group(0)) - 0x10000
+    return chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF))
+
+
+# Shortcuts for the overwhelmingly common tokens (after optional spaces).  Each
+# alternative only fires where no rule of the grammar can give a longer (or an
+# equally long, earlier) match; "end" means a space or the end of the text:
+#   n  a number before [,;:.] + end, before spaces + a letter, or at the end
+#      (a number, a space and a digit can be one token: "555 1234 567", "5 1/2");
+#   w  an ASCII word before an optional [,;:] + end ("cannot" & co. are split:
+#      _shortcut);  v  an ASCII word before a period + end (not an abbreviation);
+#   h  a hyphenated ASCII word starting with a letter, same contexts;
+#   c  an ASCII word before a clitic ('s 'd 'm 're 've 'll) + [,;:.!?] + end
+#      (not "cont", for "cont'd.");
+#   p  , ; or : before an end;  d  a period not starting ". . .";
+#   q  a double quote (`` before a letter, a digit or $, else '');
+#   s  a clitic before a non-letter ('re 've 'll at the very end of the text
+#      are read by the jar as a quote and a word).
+_FAST = re.compile(
+    r" *(?:(?P<n>[0-9]+)(?=[,;:.](?: |\Z)| +[A-Za-z]|\Z)"
+    r"|(?P<w>[0-9]*[A-Za-z][A-Za-z0-9]*)(?=[,;:]?(?: |\Z))"
+    r"|(?P<v>[0-9]*[A-Za-z][A-Za-z0-9]*)(?=\.(?: |\Z))"
+    r"|(?P<h>[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+)(?=[,;:.]?(?: |\Z))"
+    r"|(?P<c>[A-Za-z]+)(?='(?:[sSdDmM]|(?i:re|ve|ll))[,;:.!?]?(?: |\Z))"
+    r"|(?P<p>[,;:])(?= |\Z)"
+    r"|(?P<d>\.)(?= (?!\.)|\Z)"
+    r"|(?P<q>\")"
+    r"|(?P<s>'[sSdDmM](?=[^A-Za-z]|\Z)|'(?i:re|ve|ll)(?=[^A-Za-z])))"
+).match
+_SPACES = re.compile(f"{SPACE}+").match
+#: Words the jar splits (ASSIMILATIONS): not for the shortcuts.
+SPLIT_WORDS = frozenset(["cannot", "gonna", "gotta", "lemme", "gimme", "wanna"])
+_LEFT_QUOTE_CONTEXT = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789$"
+)
+_CHECKED = frozenset("wvcq")
+
+
+def _shortcut(kind: str, tok: str, end: int, text: str) -> Optional[str]:
+    """The token of a :data:`_FAST` match of kind w/v/c/q, or ``None`` to apply the full rules."""
+    if kind == "q":
+        return "``" if end < len(text) and text[end] in _LEFT_QUOTE_CONTEXT else "''"
+    if kind == "v":  # a word before a period: abbreviation?
+        low = tok.lower()
+        return None if low in ABBREV_WORDS or low in SPLIT_WORDS else tok
+    if 5 <= len(tok) <= 6:
+        low = tok.lower()
+        if low in SPLIT_WORDS:
+            return None
+    if kind == "c" and tok.lower() == "cont":  # "cont'd." is one token
+        return None
+    return tok
+
+
+def lex(text: str, shortcuts: bool = True) -> List[str]:
+    """Raw PTB tokens of ``text`` (before lower-casing); line breaks give :data:`NEWLINE_TOKEN`.
+
+    ``text`` is scanned as the jar scans a whole input file: longest match, ties
+    to the earlier rule, untokenizable characters deleted.  ``shortcuts=False``
+    applies the full rule set at every token (slower, same result; for tests).
+    """
+    astral = _ASTRAL.search(text) is not None
+    if astral:  # the jar works on UTF-16 code units
+        text = _ASTRAL.sub(_to_utf16, text)
+    tokens: List[str] = []
+    append = tokens.append
+    pos = 0
+    n = len(text)
+    while pos < n:
+        if shortcuts:
+            m = _FAST(text, pos)
+            if m is not None:
+                kind = m.lastgroup
+                tok = m.group(kind)
+                if kind in _CHECKED:
+                    tok = _shortcut(kind, tok, m.end(), text)
+                if tok is not None:
+                    append(tok)
+                    pos = m.end()
+                    continue
+        if text[pos] == " ":  # a run of spaces is one (deleted) SPACES token
+            pos = _SPACES(text, pos).end()
+            continue
+        pos = _longest_match(text, pos, append)
+    if astral:
+        tokens = [t.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+                  for t in tokens]
+    return tokens
+
+
+def _longest_match(text: str, pos: int, append: Callable[[str], None]) -> int:
+    """Apply the grammar at ``pos``: emit the token (if any), return where to resume."""
+    best = None
+    best_len = 0
+    for rx, act in _candidates(text[pos]):
+        m = rx.match(text, pos)
+        if m is not None:
+            length = m.end() - pos
+            if length > best_len:
+                best_len = length
+                best = (m, act)
+    if best is None:  # untokenizable: the jar deletes it (and logs a warning)
+        return pos + 1
+    tok, pos = best[1](best[0], pos)
+    if tok is not None:
+        append(tok)
+    return pos
