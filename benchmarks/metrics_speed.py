@@ -136,7 +136,7 @@ def main():
     print("|---|---|---|---|---|")
     for row in rows + reward_rows:
         print("| " + " | ".join(row) + " |")
-    print(f"\ncatcap corpus scores (A): " + ", ".join(f"{k} {v:.4f}" for k, v in corpus.items()))
+    print("\ncatcap corpus scores (A): " + ", ".join(f"{k} {v:.4f}" for k, v in corpus.items()))
     print(f"document frequencies of 5,000 train images built in {build:.2f} s")
     print("(1) self-critical.pytorch's CiderD scorer on this machine, as quoted in issue 2 (not rerun here)")
     if args.with_meteor:

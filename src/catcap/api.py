@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from catcap.metrics.bootstrap import Comparison, paired_bootstrap
+from catcap.metrics.errors import MetricInputError
 from catcap.metrics.evaluate import Evaluation, evaluate_captions
 from catcap.metrics.files import load_references, load_results
 
@@ -55,8 +56,6 @@ def compare(
     refs = load_references(references, split)
     res_a, res_b = load_results(results_a), load_results(results_b)
     if set(res_a) != set(res_b):
-        from catcap.metrics.errors import MetricInputError
-
         raise MetricInputError(
             f"{results_a} and {results_b} caption different images "
             f"({len(set(res_a) - set(res_b))} only in the first, {len(set(res_b) - set(res_a))} only in the second); "

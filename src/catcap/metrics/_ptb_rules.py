@@ -21,309 +21,69 @@ from __future__ import annotations
 import re
 from typing import Callable, List, Optional, Tuple
 
-from ._ptb_charsets import DIGIT as _DIG_BODY
-from ._ptb_charsets import LETTER as _LET_BODY
-from ._ptb_charsets import LETTER_EXTRA as _LETX_BODY
-from ._ptb_charsets import MISC as _MISC_BODY
-from ._ptb_charsets import UPPER as _UP_BODY
-
-#: Marker the lexer emits for a line break inside the text (JFlex NEWLINE).
-NEWLINE_TOKEN = "\n"
-
-# ---------------------------------------------------------------------------
-# Macros (JFlex names kept so the rules can be compared with the grammar)
-# ---------------------------------------------------------------------------
-_SP = r" \t\u00a0\u2000-\u200a\u3000"
-_NL = r"\r\n\u2028\u2029\x0b\x0c\x85"
-SPACE = f"[{_SP}]"
-SPACENL = f"[{_SP}{_NL}]"
-LET = f"[{_LET_BODY}]"  # [:letter:]
-DIG = f"[{_DIG_BODY}]"  # [:digit:]
-ALNUM = f"[{_LET_BODY}{_DIG_BODY}]"
-UPPER = f"[{_UP_BODY}]"
-SPLET = r"&[aeiouAEIOU](?i:acute|grave|uml);"
-LETTER = f"(?:[{_LET_BODY}{_LETX_BODY}]|{SPLET})"
-LETTER_OR_DIGIT = f"(?:[{_LET_BODY}{_LETX_BODY}{_DIG_BODY}]|{SPLET})"
-WORD = f"{LETTER}{LETTER_OR_DIGIT}*(?:[.!?]{LETTER}{LETTER_OR_DIGIT}*)*"
-APOS = r"(?:['\u0092\u2019]|&(?i:apos);)"
-APOSETC = r"(?:['`\u0092\u2019\u0091\u2018\u201b]|&(?i:apos);)"
-HYPHEN = r"[\-_\u058a\u2010\u2011]"
-NUM = f"(?:{DIG}*(?:[.:,\u00ad\u066b\u066c]{DIG}+)+|{DIG}+)"
-NUMBER = f"[\\-+]?{NUM}"
-ACRO = r"(?:[A-Za-z](?:\.[A-Za-z])*|(?i:canada|sino|korean|eu|japan|non)-(?i:u\.s)|(?i:u\.s\.-)(?i:u\.k|u\.s\.s\.r))"
-REDAUX = f"{APOS}(?:[msdMSD]|(?i:re|ve|ll))"
-SREDAUX = f"(?i:n){APOSETC}(?i:t)"
-SWORD = r"[A-Za-z\u00ad]*[A-MO-Za-mo-z]\u00ad*"
-SGML = (
-    r"<(?:[!?][A-Za-z\-][^>\r\n]*|[A-Za-z][A-Za-z0-9_:.\-]*"
-    r"(?:[ ]+(?:[A-Za-z][A-Za-z0-9_:.\-]*[ ]*=[ ]*(?:'[^']*'|\"[^\"]*\")|[A-Za-z][A-Za-z0-9_:.\-]*))*"
-    r"[ ]*/?|/[A-Za-z][A-Za-z0-9_:.\-]*)[ ]*>"
+from ._ptb_actions import (
+    Action,
+    _acronym_g1,
+    _amp,
+    _amp_g1,
+    _const,
+    _currency,
+    _drop,
+    _fraction,
+    _hyphens,
+    _keep,
+    _keep_g1,
+    _nbsp,
+    _newline,
+    _period_dup,
+    _period_dup_g1,
+    _phone,
+    _pushback,
+    _quote_left_g1,
+    _quote_right,
+    _quote_right_g1,
+    _smiley,
+    _smiley_g1,
+    _soft,
+    _soft_g1,
 )
-SENTEND = f"{SPACENL}(?:{SPACENL}|{UPPER}|{SGML})"
-INSENTP = r"[,;:\u3001]"
-THING_PART = f"(?:[dDoOlL]{APOSETC}{ALNUM})?{ALNUM}+"
-THING = f"{THING_PART}(?:{HYPHEN}{THING_PART})*"
-ACRO2 = r"(?:[A-Za-z](?:\.[A-Za-z])+|(?i:canada|sino|korean|eu|japan|non)-(?i:u\.s)|(?i:u\.s\.-)(?i:u\.k|u\.s\.s\.r))"
-HTHING = f"[A-Za-z0-9][A-Za-z0-9.,\u00ad]*(?:-(?:{ACRO2}\\.|[A-Za-z0-9\u00ad]+))+"
-THINGA = r"[A-Z]+(?:(?:[+&]|&(?i:amp);)[A-Z]+)+"
-
-
-def _caseless(words: List[str]) -> str:
-    return "(?i:" + "|".join(words) + ")"
-
-
-def _first_cased(words: List[str]) -> str:
-    """JFlex ``[A]rk``: first letter case-sensitive, the rest caseless."""
-    return "|".join(w[0] + "(?i:" + w[1:] + ")" for w in words)
-
-
-# Abbreviations (ABBREV1: usually followed by lower case; a following capital
-# or end of text makes the jar repeat the period as a sentence end).
-_ABBREV1_WORDS = (
-    "jan feb mar apr jun jul aug sep sept oct nov dec "  # months ("May." is no abbreviation)
-    "mon tue tues wed thu thurs fri "  # days
-    "ala ariz calif colo conn ct dak fla ga ind kan kans ky md mich minn mo mont neb nev okla "
-    "penn tenn va vt wis wisc wyo "  # states
-    "inc co cos corp pty ptys pte ptes ppty pptys ppte pptes ltd plc rt bancorp bhd assn univ "
-    "intl sys tel est ext sq jr sr bros blvd rd esq etc al seq bldg"
-).split()
-_ABBREV1_CASED = "Az Ark Del Ill La Mass Miss Ore Pa Tex Wash".split()
-_DOTTED1 = [r"ed\.d", r"ph\.d"]
-ABBREV1 = f"(?:{_caseless(_ABBREV1_WORDS + _DOTTED1)}|{_first_cased(_ABBREV1_CASED)})\\."
-# ABBREV4 (+ period = ABBREV2): titles etc., usually followed by a capital.
-_ABBREV4_WORDS = (
-    "mr mrs ms dr drs prof profs sen sens rep reps atty attys lt col gen messrs gov govs adm rev "
-    "maj sgt cpl pvt capt st ste ave pres lieut hon brig cmdr comdr pfc spc supt supts det mt ft "
-    "adj adv asst assoc ens insp mlle mme msgr sfc vs alex wm jos cie cf treas ph "
-    "invt elec natl mfg mtg dept"
-).split()
-_DOTTED4 = [r"a\.k\.a"]
-ABBREV4 = f"(?:{ACRO}|{_caseless(_ABBREV4_WORDS + _DOTTED4)}|M(?i:iss))"
-# ABBREV3: abbreviations only before a number ("fig. 3").
-_ABBREV3_WORDS = "ca fig figs prop no nos art bldg pp op".split()
-ABBREV3 = f"{_caseless(_ABBREV3_WORDS)}\\."
-#: Lower-cased words that, followed by a period, may form an abbreviation token
-#: (a superset: single letters too).  Used to keep the shortcuts off them.
-ABBREV_WORDS = frozenset(
-    [w.lower() for w in _ABBREV1_WORDS + _ABBREV1_CASED + _ABBREV4_WORDS + _ABBREV3_WORDS]
-    + list("abcdefghijklmnopqrstuvwxyz")
+from ._ptb_patterns import (
+    ABBREV1,
+    ABBREV3,
+    ABBREV4,
+    ABBREV_WORDS,
+    ACRO,
+    APOS,
+    APOSETC,
+    ASIANSMILEY,
+    DIG,
+    EMAIL,
+    FILENAME,
+    FRAC,
+    HTHING,
+    INSENTP,
+    LET,
+    LETTER,
+    LIKELYURL_PATH,
+    MISCSYMBOL,
+    NUMBER,
+    PHONE,
+    QUOTES,
+    REDAUX,
+    SENTEND,
+    SGML,
+    SMILEY,
+    SPACE,
+    SPACENL,
+    SREDAUX,
+    SWORD,
+    THING,
+    THINGA,
+    WORD,
+    _ACRO_FOLLOW,
+    _NL,
+    _SP,
 )
-_ACRO_FOLLOWERS = (
-    "About|According|Additionally|After|An|A|As|At|But|Earlier|He|Her|Here|However|If|In|It"
-    "|Last|Many|More|Mr\\.|Ms\\.|Now|Once|One|Other|Our|She|Since|So|Some|Such|That|The|Their|Then"
-    "|There|These|They|This|We|When|While|What|Yet|You"
-)
-# [A]bout etc.: the first letter is case-sensitive, the rest caseless.
-_ACRO_FOLLOW = "(?:" + "|".join(w[0] + "(?i:" + w[1:] + ")" if len(w) > 1 else w
-                                 for w in _ACRO_FOLLOWERS.split("|")) + f"|{SGML})"
-FRAC = f"(?:{DIG}{{1,4}}[\\- \u00a0])?{DIG}{{1,4}}(?:\\\\?/|\u2044){DIG}{{1,4}}"
-PHONE = (
-    r"(?:\([0-9]{2,3}\)[ \u00a0]?|(?:\+\+?)?(?:[0-9]{2,4}[\- \u00a0])?[0-9]{2,4}[\- \u00a0])"
-    r"[0-9]{3,4}[\- \u00a0]?[0-9]{3,5}|(?:(?:\+\+?)?[0-9]{2,4}\.)?[0-9]{2,4}\.[0-9]{3,4}\.[0-9]{3,5}"
-)
-_URLNOT = "[^ \\t\\n\\f\\r\\\"<>|()]"
-_URLEND = "[^ \\t\\n\\f\\r\\\"<>|.!?(){},-]"
-LIKELYURL_PATH = f"(?:/{_URLNOT}+{_URLEND})?"
-EMAIL = (
-    r"(?:&(?i:lt);|<)?[a-zA-Z0-9][^ \t\n\f\r\"<>|(){}\u00a0]*@(?:[^ \t\n\f\r\"<>|(){}.\u00a0]+\.)*"
-    r"[^ \t\n\f\r\"<>|(){}.\u00a0]+(?:&(?i:gt);|>)?"
-)
-_FILENAME_EXT = (
-    "bat|bmp|c|class|cgi|cpp|dll|doc|docx|exe|gif|gz|h|htm|html|jar|java|jpeg|jpg|mov|mp3|pdf"
-    "|php|pl|png|ppt|ps|py|sql|tar|txt|wav|x|xml|zip"
-)
-FILENAME = f"{LETTER_OR_DIGIT}+(?:\\.{LETTER_OR_DIGIT}+)*\\.(?i:{_FILENAME_EXT})"
-MISCSYMBOL = f"[+%&~^|\\\\{_MISC_BODY}]"
-QUOTES = (
-    f"''|[`\u2018\u2019\u201a\u201b\u201c\u201d\u0091\u0092\u0093\u0094\u201e\u201f"
-    f"\u2039\u203a\u00ab\u00bb]{{1,2}}|{APOS}"
-)
-SMILEY = r"[<>]?[:;=][\-o*']?[()DPdpO\\{@|\[\]]"
-ASIANSMILEY = (
-    r"[\^x=~<>]\.\[\^(?i:x)=~<>\]|[\-\^x=~<>']_[\-\^x=~<>']|\([\-\^x=~<>'][_.]?[\-\^x=~<>']\)"
-)
-
-# ---------------------------------------------------------------------------
-# Token normalisations (the lexer's actions)
-# ---------------------------------------------------------------------------
-_SOFT_HYPHEN = "\u00ad"
-_LEFT_SINGLE = re.compile("[\u0091\u2018\u201b\u2039]")
-_RIGHT_SINGLE = re.compile("[\u0092\u2019\u203a]")
-_LEFT_DOUBLE = re.compile("[\u0093\u201c\u00ab]")
-_RIGHT_DOUBLE = re.compile("[\u0094\u201d\u00bb]")
-_ASCII_SINGLE = re.compile("&apos;|'")
-_ASCII_DOUBLE = re.compile('"|&quot;')
-_AMP = re.compile("(?i:&amp;)")
-_FRACTIONS = {"\u00bc": "1/4", "\u00bd": "1/2", "\u00be": "3/4", "\u2153": "1/3", "\u2154": "2/3"}
-_CURRENCY = {"\u00a2": "cents", "\u00a3": "#", "\u0080": "$", "\u00a4": "$", "\u20a0": "$",
-             "\u20ac": "$"}
-
-
-def remove_soft_hyphens(tok: str) -> str:
-    """Drop U+00AD (a token made only of soft hyphens becomes ``-``)."""
-    if _SOFT_HYPHEN not in tok:
-        return tok
-    return tok.replace(_SOFT_HYPHEN, "") or "-"
-
-
-def latex_quotes(tok: str, probably_left: bool) -> str:
-    """Map quote characters to the PTB/LaTeX ones: opening ` and ``, closing ' and ''."""
-    if probably_left:
-        tok = _ASCII_SINGLE.sub("`", tok)
-        tok = _ASCII_DOUBLE.sub("``", tok)
-    else:
-        tok = _ASCII_SINGLE.sub("'", tok)
-        tok = _ASCII_DOUBLE.sub("''", tok)
-    tok = _LEFT_SINGLE.sub("`", tok)
-    tok = _RIGHT_SINGLE.sub("'", tok)
-    tok = _LEFT_DOUBLE.sub("``", tok)
-    return _RIGHT_DOUBLE.sub("''", tok)
-
-
-def normalize_amp(tok: str) -> str:
-    """Replace the entity ``&amp;`` (any case) with ``&``."""
-    return _AMP.sub("&", tok) if "&" in tok else tok
-
-
-def _parens(tok: str) -> str:
-    """Round brackets inside a token (phones, smileys) as ``-LRB-``/``-RRB-``."""
-    return tok.replace("(", "-LRB-").replace(")", "-RRB-")
-
-
-# Actions: ``action(match, start) -> (token or None, position where lexing resumes)``.
-Action = Callable[[re.Match, int], Tuple[Optional[str], int]]
-
-
-def _keep(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """The match is the token."""
-    return m.group(0), m.end()
-
-
-def _keep_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Group 1 is the token; its trailing context is lexed again."""
-    return m.group(1), m.end(1)
-
-
-def _drop(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Nothing (spaces, deleted characters)."""
-    return None, m.end()
-
-
-def _const(value: str) -> Action:
-    """Action giving the fixed token ``value``."""
-
-    def act(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-        return value, m.end()
-    return act
-
-
-def _pushback(n: int) -> Action:
-    """Action keeping all but the last ``n`` characters (lexed again)."""
-
-    def act(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-        end = m.end() - n
-        return m.string[start:end], end
-    return act
-
-
-def _soft(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """The match without soft hyphens."""
-    return remove_soft_hyphens(m.group(0)), m.end()
-
-
-def _soft_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Group 1 without soft hyphens."""
-    return remove_soft_hyphens(m.group(1)), m.end(1)
-
-
-def _quote_right(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """The match with quotes normalised as closing ones."""
-    return latex_quotes(m.group(0), False), m.end()
-
-
-def _quote_right_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Group 1 with quotes normalised as closing ones."""
-    return latex_quotes(m.group(1), False), m.end(1)
-
-
-def _quote_left_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Group 1 with quotes normalised as opening ones."""
-    return latex_quotes(m.group(1), True), m.end(1)
-
-
-def _amp(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """The match with ``&amp;`` decoded."""
-    return normalize_amp(m.group(0)), m.end()
-
-
-def _amp_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Group 1 with ``&amp;`` decoded."""
-    return normalize_amp(m.group(1)), m.end(1)
-
-
-def _nbsp(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """The match with its spaces turned into no-break spaces."""
-    return m.group(0).replace(" ", "\u00a0"), m.end()
-
-
-def _phone(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """A phone number: no-break spaces, bracket tokens."""
-    return _parens(m.group(0).replace(" ", "\u00a0")), m.end()
-
-
-def _smiley_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """A smiley (group 1) with bracket tokens."""
-    return _parens(m.group(1)), m.end(1)
-
-
-def _smiley(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """A smiley with bracket tokens."""
-    return _parens(m.group(0)), m.end()
-
-
-def _fraction(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """A fraction character, spelled out for the five common ones."""
-    tok = m.group(0)
-    return _FRACTIONS.get(tok, tok), m.end()
-
-
-def _currency(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """A currency sign, some mapped to PTB forms (cents, #, $)."""
-    tok = m.group(0)
-    return _CURRENCY.get(tok, tok), m.end()
-
-
-def _hyphens(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Three or four hyphens make a dash ``--``; other runs stay."""
-    tok = m.group(0)
-    return ("--" if 3 <= len(tok) <= 4 else tok), m.end()
-
-
-def _period_dup_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Abbreviation before a sentence end: keep ``Co.`` and lex its period again."""
-    end = m.end(1)
-    return m.group(1), end - 1
-
-
-def _period_dup(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """Abbreviation at the very end: keep ``Co.`` and lex its period again."""
-    end = m.end()
-    return m.group(0), end - 1
-
-
-def _acronym_g1(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """ACRONYM before a sentence-initial word: ``U.S.`` + ``.``; ``I.`` -> ``I`` + ``.``."""
-    tok = m.group(1)
-    end = m.end(1)
-    if len(tok) == 2:
-        return tok[0], end - 1
-    return tok, end - 1
-
-
-def _newline(m: re.Match, start: int) -> Tuple[Optional[str], int]:
-    """A line break."""
-    return NEWLINE_TOKEN, m.end()
-
 
 # ---------------------------------------------------------------------------
 # Rules, in the grammar's priority order

@@ -56,7 +56,7 @@ def bleu_stats(cs: CaptionSet) -> np.ndarray:
     """(C, 2 + 2n) BLEU statistics of every candidate against its image's references."""
     n, table = cs.n, cs.table
     counts = table.counts
-    max_ref = np.maximum.reduceat(counts[: cs.num_refs], cs.ref_start, axis=0)
+    max_ref = cs.max_ref_counts()
     image = cs.cand_image
     clipped = np.minimum(counts[cs.cand_rows()], max_ref[image])
     correct = table.per_order(clipped, image, n)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from catcap.metrics.ngrams import CaptionSet
+from catcap.metrics.ngrams import CaptionSet, count_caption_set
 
 CHUNK = 512  # candidates scored at once; bounds the (chunk, Rmax, L) temporaries
 
@@ -40,17 +40,13 @@ class Idf:
 
 def idf_from_references(cs: CaptionSet) -> Idf:
     """df of every n-gram = number of images whose references contain it."""
-    in_refs = np.maximum.reduceat(cs.table.counts[: cs.num_refs], cs.ref_start, axis=0) > 0
-    df = np.bincount(cs.table.local_gram[in_refs], minlength=cs.windows.num_grams)
-    return Idf(float(np.log(float(cs.num_images))), df.astype(np.float64))
+    return Idf(float(np.log(float(cs.num_images))), cs.document_frequency().astype(np.float64))
 
 
 def tfidf(cs: CaptionSet, idf: Idf) -> np.ndarray:
     """(S, L) tf-idf weight of each sentence's local n-grams."""
-    table = cs.table
-    sentence_image = np.concatenate([np.repeat(np.arange(cs.num_images), cs.ref_count), cs.cand_image])
-    slot_idf = idf.log_docs - np.log(np.maximum(1.0, idf.df[np.maximum(table.local_gram, 0)]))
-    return table.counts * slot_idf[sentence_image]
+    slot_idf = idf.log_docs - np.log(np.maximum(1.0, idf.df[np.maximum(cs.table.local_gram, 0)]))
+    return cs.table.counts * slot_idf[cs.sentence_image()]
 
 
 def cider_scores(cs: CaptionSet, idf: Idf | None = None, sigma: float = 6.0, clipped: bool = True) -> np.ndarray:
@@ -60,8 +56,7 @@ def cider_scores(cs: CaptionSet, idf: Idf | None = None, sigma: float = 6.0, cli
     """
     idf = idf_from_references(cs) if idf is None else idf
     weights = tfidf(cs, idf)
-    image_of_row = np.concatenate([np.repeat(np.arange(cs.num_images), cs.ref_count), cs.cand_image])
-    norms = np.sqrt(cs.table.per_order(weights * weights, image_of_row, cs.n))  # (S, n)
+    norms = np.sqrt(cs.table.per_order(weights * weights, cs.sentence_image(), cs.n))  # (S, n)
     bigrams = np.maximum(cs.lengths() - 1, 0).astype(np.float64)
     ref_index = cs.ref_index()
     scores = np.empty(len(cs.cand_image))
@@ -119,8 +114,6 @@ class CiderD:
         return Idf(self.df.log_docs, values)
 
     def __call__(self, candidates, references, cand_image=None) -> np.ndarray:
-        from catcap.metrics.ngrams import count_caption_set
-
         first = next((tok for sent in candidates for tok in sent), None)
         if first is not None:
             self.df.check_tokens(first)

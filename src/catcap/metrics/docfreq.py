@@ -59,8 +59,7 @@ class DocumentFrequency:
         if not references:
             raise MetricInputError("document frequencies need at least one image with references; got none")
         cs = count_caption_set([], references, np.zeros(0, np.int64), n)
-        in_refs = np.maximum.reduceat(cs.table.counts[: cs.num_refs], cs.ref_start, axis=0) > 0
-        df = np.bincount(cs.table.local_gram[in_refs], minlength=cs.windows.num_grams)
+        df = cs.document_frequency()
         words = cs.gram_words()
         order = cs.windows.gram_order
         grams = [words[order == k, :k].astype(np.int32) for k in range(1, n + 1)]

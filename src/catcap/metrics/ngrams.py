@@ -207,6 +207,19 @@ class CaptionSet:
     def num_images(self) -> int:
         return len(self.ref_count)
 
+    def max_ref_counts(self) -> np.ndarray:
+        """(I, L) largest count of each local n-gram over the image's references."""
+        return np.maximum.reduceat(self.table.counts[: self.num_refs], self.ref_start, axis=0)
+
+    def document_frequency(self) -> np.ndarray:
+        """(G,) number of images whose references contain each distinct n-gram."""
+        in_refs = self.max_ref_counts() > 0
+        return np.bincount(self.table.local_gram[in_refs], minlength=self.windows.num_grams)
+
+    def sentence_image(self) -> np.ndarray:
+        """(S,) image of every sentence row (references first, then candidates)."""
+        return np.concatenate([np.repeat(np.arange(self.num_images), self.ref_count), self.cand_image])
+
     def cand_rows(self) -> np.ndarray:
         return self.num_refs + np.arange(len(self.cand_image))
 

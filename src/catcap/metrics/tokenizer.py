@@ -48,7 +48,8 @@ from __future__ import annotations
 import re
 from typing import Dict, FrozenSet, Hashable, List, Mapping, Optional, Sequence, TypeVar
 
-from ._ptb_rules import ABBREV_WORDS, NEWLINE_TOKEN, SPLIT_WORDS, lex
+from ._ptb_patterns import ABBREV_WORDS, NEWLINE_TOKEN
+from ._ptb_rules import SPLIT_WORDS, lex
 
 __all__ = ["PUNCTUATIONS", "ptb_tokenize", "tokenize_captions"]
 
