@@ -96,3 +96,22 @@ def test_empty_captions_score_zero_and_are_reported(tmp_path):
     assert "2 candidate(s) are empty" in proc.stdout
     rows = json.loads(out.read_text())["per_image"]
     assert rows[0]["CIDEr"] == 0 and rows[1]["Bleu_1"] < 1e-6 and rows[1]["ROUGE_L"] == 0
+
+
+def test_evaluate_against_a_karpathy_split_file(tmp_path):
+    """References from a Karpathy dataset_*.json plus --split give the same scores as COCO annotations."""
+    results_path, refs_path = api.example_files()
+    anns = json.loads(refs_path.read_text())["annotations"]
+    by_image = {}
+    for a in anns:
+        by_image.setdefault(a["image_id"], []).append(a["caption"])
+    images = [{"cocoid": k, "split": "test", "filename": f"{k}.jpg",
+               "sentences": [{"raw": c, "tokens": c.lower().split()} for c in caps]} for k, caps in by_image.items()]
+    images.append({"cocoid": 1, "split": "train", "filename": "1.jpg", "sentences": [{"raw": "x", "tokens": ["x"]}]})
+    karpathy = tmp_path / "dataset_coco.json"
+    karpathy.write_text(json.dumps({"images": images, "dataset": "coco"}))
+    a = api.evaluate(results_path, refs_path, metrics="bleu,cider")
+    b = api.evaluate(results_path, karpathy, split="test", metrics="bleu,cider")
+    assert a.corpus == b.corpus
+    proc = catcap("evaluate", "--results", str(results_path), "--refs", str(karpathy), "--metrics", "bleu", check=False)
+    assert proc.returncode == 2 and "--split" in proc.stderr and "test (50 images)" in proc.stderr
