@@ -1,0 +1,164 @@
+"""Typed configs: dataclasses loaded from YAML, with dotted overrides and strict checking.
+
+    cfg = load_config(ExperimentConfig, "configs/experiments/demo.yaml", ["model.d_model=256"])
+
+Unknown keys and wrong types are errors that name the key, what was expected, what was
+found and the valid choices, raised before any work starts. Overrides are ``key.sub=value``
+with the value read as YAML (``train.epochs=3``, ``model.cross_attention=caca``,
+``data.splits=[train,val]``). A config file may name a ``base:`` file (relative to itself)
+whose values it overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from pathlib import Path
+from typing import Any, Literal, Sequence, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+C = TypeVar("C")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used (unknown key, wrong type, unreadable file)."""
+
+
+def _type_name(tp) -> str:
+    if get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+
+
+def _coerce(value: Any, tp, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (int -> float is allowed)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        for option in args:
+            try:
+                return _coerce(value, option, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, found {value!r}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: expected one of {', '.join(repr(a) for a in args)}, found {value!r}")
+        return value
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, found {value!r}")
+        item = args[0] if args else Any
+        items = [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple or tp is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, found {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if tp is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected null, found {value!r}")
+        return None
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"{where}: expected {tp.__name__}, found a boolean {value!r}")
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{where}: expected {tp.__name__}, found {type(value).__name__} {value!r}")
+    return value
+
+
+def from_dict(cls: type[C], data: Any, where: str = "config") -> C:
+    """Build dataclass ``cls`` from a mapping; unknown keys and wrong types are errors."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} settings, found {data!r}")
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(names)}")
+    values = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        return cls(**values)
+    except TypeError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def to_dict(cfg) -> dict:
+    """Plain dict (lists for tuples) ready for YAML/JSON."""
+    return _plain(dataclasses.asdict(cfg))
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a nested dict copy."""
+    out = _deep_copy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. train.epochs=3")
+        key, raw = item.split("=", 1)
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            raise ConfigError(f"override {item!r}: empty key")
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {p!r} is not a section")
+        try:
+            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({err})") from None
+    return out
+
+
+def _deep_copy(d):
+    return {k: _deep_copy(v) for k, v in d.items()} if isinstance(d, dict) else d
+
+
+def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
+    """Read a YAML config, merging its ``base:`` chain (later files win)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    if path.resolve() in _seen:
+        raise ConfigError(f"config {path}: 'base' files form a cycle")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config {path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path}: expected a mapping at the top level, found {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return _merge(read_yaml(path.parent / base, _seen + (path.resolve(),)), data)
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = _deep_copy(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: Sequence[str] = ()) -> C:
+    """Defaults of ``cls``, then the YAML file (and its bases), then the overrides."""
+    data = read_yaml(path) if path is not None else {}
+    return from_dict(cls, apply_overrides(data, overrides))
+
+
+__all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "read_yaml", "to_dict"]
