@@ -1,0 +1,1 @@
+"""Captioning models: attention, encoders, decoders, cross-attention variants, captioners."""

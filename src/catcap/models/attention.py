@@ -1,0 +1,104 @@
+"""Multi-head attention with one mask convention and keys/values projected once.
+
+    MHA(Q, K, V) = Concat(head_1..head_H) W_O,
+    head_i = softmax(Q W_i^Q (K W_i^K)^T / sqrt(d_k)) V W_i^V
+
+Masks are boolean and True means "may attend", everywhere. Keys/values are projected by
+:meth:`MultiHeadAttention.project_kv` into a :class:`KeyValue` that callers keep (encoder
+memory once per image, self-attention caches step by step) and pass to ``forward``.
+Legend: B batch, T queries, M keys, D width, H heads, d_k = D / H.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class KeyValue:
+    """Projected keys and values, each (B, H, M, d_k)."""
+
+    k: Tensor
+    v: Tensor
+
+    def cat(self, other: "KeyValue") -> "KeyValue":
+        """Append ``other``'s positions (dim 2): a growing self-attention cache."""
+        return KeyValue(torch.cat([self.k, other.k], dim=2), torch.cat([self.v, other.v], dim=2))
+
+    def index_select(self, index: Tensor) -> "KeyValue":
+        """Rows ``index`` of the batch (beam reordering)."""
+        return KeyValue(self.k.index_select(0, index), self.v.index_select(0, index))
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[2]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (Vaswani et al.), dropout on the weights."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+
+    def _split(self, x: Tensor) -> Tensor:
+        """(B, L, D) -> (B, H, L, d_k)."""
+        b, length, _ = x.shape
+        return x.view(b, length, self.num_heads, self.d_k).transpose(1, 2)
+
+    def project_kv(self, x: Tensor) -> KeyValue:
+        """(B, M, D) keys/values input -> projected :class:`KeyValue`."""
+        return KeyValue(self._split(self.k_proj(x)), self._split(self.v_proj(x)))
+
+    def project_q(self, query: Tensor) -> Tensor:
+        """(B, T, D) -> (B, H, T, d_k) projected queries."""
+        return self._split(self.q_proj(query))
+
+    def merge(self, heads: Tensor) -> Tensor:
+        """(B, H, T, d_k) head outputs -> (B, T, D) after W_O."""
+        b, _, t, _ = heads.shape
+        return self.out_proj(heads.transpose(1, 2).reshape(b, t, self.d_model))
+
+    def forward(self, query: Tensor, kv: KeyValue, mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """query (B, T, D), kv (B, H, M, d_k), mask (B, 1|T, M) bool True = may attend.
+
+        Returns (B, T, D) and, with ``need_weights``, the weights (B, H, T, M).
+        """
+        q = self.project_q(query)
+        heads, weights = attend(q, kv.k, kv.v, mask, self.dropout if self.training else 0.0, need_weights)
+        return self.merge(heads), weights
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
+           need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    """softmax(q k^T / sqrt(d_k)) v per head. q (B, H, T, d_k), k/v (B, H, M, d_k),
+    mask (B, 1|T, M) or (B, H, T, M) bool, True = may attend. Every query row must be
+    allowed at least one key."""
+    if mask is not None and mask.dim() == 3:
+        mask = mask.unsqueeze(1)
+    if not need_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    dropped = F.dropout(weights, dropout) if dropout > 0 else weights
+    return dropped @ v, weights
+
+
+def causal_mask(length: int, device=None) -> Tensor:
+    """(T, T) bool, True where query t may attend key s (s <= t)."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
