@@ -53,3 +53,9 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._items
+
+
+#: the registries of catcap's parts (filled by the modules that define the parts)
+ENCODERS: Registry = Registry("encoder")
+DECODERS: Registry = Registry("decoder")
+CROSS_ATTENTION: Registry = Registry("cross_attention")

@@ -1,0 +1,16 @@
+"""Cross-attention variants of the decoder, chosen by name (``model.cross_attention``).
+
+Every variant is a residual sub-layer ``c = q + Attn(LayerNorm(q), memory)`` (SPEC.md §3
+writes CACA this way, and the vanilla one — TCA — matches it, so that shared CACA adds no
+parameters) with the same interface:
+
+- ``prepare(memory (B, N, D)) -> prepared``: keys/values projected once per image;
+- ``forward(q (B, T, D), prepared, memory_mask (B, N), query_mask (B, T)) -> (c, extras)``:
+  all caption positions in parallel (teacher forcing);
+- ``init_cache(rows) -> cache`` and ``step(q (B*G, 1, D), prepared, memory_mask, cache, group)
+  -> (c, cache, extras)``: one decoding step for B*G hypotheses, G per image.
+
+``extras`` is a dict (e.g. CACA's history weights for the AWC loss); vanilla returns {}.
+"""
+
+from catcap.models.cross import vanilla  # noqa: F401  (registers "vanilla")

@@ -1,0 +1,1 @@
+"""Decoders: explicit decoding state, Transformer decoder (LSTM and meshed decoders later)."""

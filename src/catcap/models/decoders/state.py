@@ -1,0 +1,57 @@
+"""Explicit decoding state: everything a decoder needs between steps, reorderable.
+
+Rows are image-major groups: row ``b * group + g`` is hypothesis ``g`` of image ``b``
+(group = 1 for greedy, the beam size for beam search, n for n samples per image).
+``memory`` is per image (B rows) and is never copied per hypothesis; ``caches`` are per
+hypothesis (B * group rows) and are what :meth:`DecoderState.reorder` permutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from torch import Tensor
+
+from catcap.models.attention import KeyValue
+
+
+def select_rows(tree: Any, index: Tensor) -> Any:
+    """Apply ``index_select(0, index)`` to every tensor / KeyValue in a nested structure."""
+    if tree is None:
+        return None
+    if isinstance(tree, KeyValue):
+        return tree.index_select(index)
+    if isinstance(tree, Tensor):
+        return tree.index_select(0, index)
+    if isinstance(tree, dict):
+        return {k: select_rows(v, index) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(select_rows(v, index) for v in tree)
+    raise TypeError(f"cannot reorder a {type(tree).__name__} in a decoder cache; use tensors, KeyValue, lists or dicts")
+
+
+@dataclass
+class DecoderState:
+    """memory: per-image prepared encoder output (whatever the decoder prepared, B rows);
+    memory_mask: (B, N) bool, True = real region; group: hypotheses per image;
+    position: tokens consumed so far; caches: per-hypothesis caches (B * group rows)."""
+
+    memory: Any
+    memory_mask: Tensor
+    group: int
+    position: int = 0
+    caches: Any = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        """B, the number of images."""
+        return self.memory_mask.shape[0]
+
+    def reorder(self, index: Tensor) -> "DecoderState":
+        """Keep hypotheses ``index`` (B * group,) — indices must stay within each image's group."""
+        return replace(self, caches=select_rows(self.caches, index))
+
+    def advanced(self, caches: Any) -> "DecoderState":
+        """The state after one more token, with the updated caches."""
+        return replace(self, caches=caches, position=self.position + 1)

@@ -1,0 +1,103 @@
+"""Transformer decoder with a pluggable cross attention and an explicit, cached step.
+
+Layer n (pre-norm residual blocks; SPEC.md §2-3):
+
+    h = x + SelfAttn(LN(x))               masked self-attention (cache: keys/values so far)
+    c = CrossAttention(h, X)              c = h + Attn(LN(h), X) — vanilla, CACA, ...
+    y = c + FFN(LN(c))
+
+then a final LayerNorm and ``p_t = softmax(W_p y_t + b_p)``. Word embeddings are scaled by
+sqrt(D) and get sinusoidal positions. Legend: B images, G hypotheses per image, T tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from catcap.models.attention import MultiHeadAttention, causal_mask
+from catcap.models.decoders.state import DecoderState
+from catcap.models.layers import FeedForward, SinusoidalPositions
+from catcap.registry import DECODERS
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross attention (any registered variant), FFN."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float, cross: nn.Module):
+        super().__init__()
+        self.norm1, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross = cross
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, self_mask: Tensor, prepared, memory_mask: Tensor, query_mask: Tensor):
+        """x (B, T, D), self_mask (B, T, T) -> (B, T, D), extras."""
+        h = self.norm1(x)
+        x = x + self.dropout(self.self_attn(h, self.self_attn.project_kv(h), self_mask)[0])
+        c, extras = self.cross(x, prepared, memory_mask, query_mask)
+        return c + self.dropout(self.ffn(self.norm3(c))), extras
+
+    def step(self, x: Tensor, cache: dict, prepared, memory_mask: Tensor, group: int):
+        """x (B*G, 1, D) -> (B*G, 1, D), the layer's updated cache, extras."""
+        h = self.norm1(x)
+        new = self.self_attn.project_kv(h)
+        kv = new if cache["self"] is None else cache["self"].cat(new)
+        x = x + self.dropout(self.self_attn(h, kv)[0])
+        c, cross_cache, extras = self.cross.step(x, prepared, memory_mask, cache["cross"], group)
+        return c + self.dropout(self.ffn(self.norm3(c))), {"self": kv, "cross": cross_cache}, extras
+
+
+@DECODERS.register("transformer")
+class TransformerDecoder(nn.Module):
+    """Token ids -> logits (B, T, V), in parallel (teacher forcing) or step by step."""
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
+                 dropout: float, make_cross: Callable[[], nn.Module], max_len: int = 128, pad_id: int = 0):
+        super().__init__()
+        self.d_model = d_model
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.positions = SinusoidalPositions(d_model, max_len)
+        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, make_cross()) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.output = nn.Linear(d_model, vocab_size)
+
+    def _embed(self, tokens: Tensor, offset: int) -> Tensor:
+        return self.dropout(self.positions(self.embed(tokens) * math.sqrt(self.d_model), offset))
+
+    def prepare(self, memory: Tensor) -> list:
+        """Per-layer keys/values of the encoder output, once per image."""
+        return [layer.cross.prepare(memory) for layer in self.layers]
+
+    def forward(self, tokens: Tensor, token_mask: Tensor, memory: Tensor, memory_mask: Tensor):
+        """tokens (B, T) input ids, token_mask (B, T) True = real -> logits (B, T, V), extras per layer."""
+        t = tokens.shape[1]
+        self_mask = causal_mask(t, tokens.device)[None] & token_mask[:, None, :]
+        self_mask = self_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)[None]  # pads see themselves
+        x = self._embed(tokens, 0)
+        extras = []
+        for layer, prepared in zip(self.layers, self.prepare(memory)):
+            x, extra = layer(x, self_mask, prepared, memory_mask, token_mask)
+            extras.append(extra)
+        return self.output(self.norm(x)), extras
+
+    def init_state(self, memory: Tensor, memory_mask: Tensor, group: int = 1) -> DecoderState:
+        """A fresh state for ``group`` hypotheses per image."""
+        rows = memory.shape[0] * group
+        caches = [{"self": None, "cross": layer.cross.init_cache(rows)} for layer in self.layers]
+        return DecoderState(self.prepare(memory), memory_mask, group, 0, caches)
+
+    def step(self, tokens: Tensor, state: DecoderState):
+        """tokens (B*G,) the previous token of every hypothesis -> logits (B*G, V), new state, extras."""
+        x = self._embed(tokens[:, None], state.position)
+        caches, extras = [], []
+        for layer, prepared, cache in zip(self.layers, state.memory, state.caches):
+            x, cache, extra = layer.step(x, cache, prepared, state.memory_mask, state.group)
+            caches.append(cache)
+            extras.append(extra)
+        return self.output(self.norm(x))[:, 0], state.advanced(caches), extras

@@ -1,0 +1,43 @@
+"""Small building blocks shared by encoders and decoders."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: ``W_2 dropout(ReLU(W_1 x))``, D -> d_ff -> D."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+def sinusoid_table(length: int, d_model: int) -> Tensor:
+    """(length, D): P[i, 2k] = sin(i / 10000^(2k/D)), P[i, 2k+1] = cos(same angle)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate)[:, : d_model // 2]
+    return table
+
+
+class SinusoidalPositions(nn.Module):
+    """Adds fixed sinusoidal position encodings to (B, T, D) inputs starting at ``offset``."""
+
+    def __init__(self, d_model: int, max_len: int = 512):
+        super().__init__()
+        self.register_buffer("table", sinusoid_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        length = x.shape[1]
+        if offset + length > self.table.shape[0]:
+            raise ValueError(f"caption position {offset + length} exceeds the position table ({self.table.shape[0]}); raise max_len")
+        return x + self.table[offset:offset + length]

@@ -1,0 +1,78 @@
+"""The decoder contract (DESIGN.md): teacher-forced == cached steps; padded == unpadded."""
+
+import pytest
+import torch
+
+import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
+from catcap.models.captioner import Captioner
+from catcap.models.decoders.transformer import TransformerDecoder
+from catcap.models.encoders.transformer import TransformerEncoder
+from catcap.registry import CROSS_ATTENTION
+
+V, F, D = 30, 12, 16
+
+
+def make_model(cross: str = "vanilla", seed: int = 0) -> Captioner:
+    torch.manual_seed(seed)
+    enc = TransformerEncoder(F, D, 2, 2, 32, 0.1)
+    dec = TransformerDecoder(V, D, 2, 2, 32, 0.1, lambda: CROSS_ATTENTION.get(cross)(D, 2, 0.1))
+    return Captioner(enc, dec, bos_id=1, eos_id=2, pad_id=0).eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    features = torch.randn(3, 5, F, generator=g)
+    feature_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    captions = torch.tensor([[1, 5, 6, 7, 8, 2], [1, 9, 10, 2, 0, 0], [1, 11, 2, 0, 0, 0]])
+    return features, feature_mask, captions, captions != 0
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_teacher_forced_equals_cached_steps(group):
+    model = make_model()
+    features, fmask, captions, cmask = batch()
+    with torch.no_grad():
+        full, _ = model(features, fmask, captions, cmask)
+        memory, mask = model.encode(features, fmask)
+        state = model.init_state(memory, mask, group)
+        steps = []
+        for t in range(captions.shape[1] - 1):
+            logits, state = model.step(captions[:, t].repeat_interleave(group), state)
+            steps.append(logits.view(3, group, V))
+    cached = torch.stack(steps, 2)  # (B, G, T-1, V)
+    for g in range(group):
+        for b in range(3):
+            real = int(cmask[b].sum()) - 1
+            torch.testing.assert_close(cached[b, g, :real], full[b, :real], rtol=1e-4, atol=1e-5)
+
+
+def test_padding_changes_nothing():
+    model = make_model()
+    features, fmask, captions, cmask = batch()
+    with torch.no_grad():
+        full, _ = model(features, fmask, captions, cmask)
+        for b in range(3):
+            n, t = int(fmask[b].sum()), int(cmask[b].sum())
+            alone, _ = model(features[b:b + 1, :n], fmask[b:b + 1, :n], captions[b:b + 1, :t], cmask[b:b + 1, :t])
+            torch.testing.assert_close(alone[0], full[b, :t - 1], rtol=1e-4, atol=1e-5)
+            # garbage in padded regions is ignored
+    noisy = features.clone()
+    noisy[~fmask] = 1e3
+    with torch.no_grad():
+        torch.testing.assert_close(model(noisy, fmask, captions, cmask)[0], full, rtol=1e-4, atol=1e-5)
+
+
+def test_reorder_moves_caches_with_hypotheses():
+    model = make_model()
+    features, fmask, captions, _ = batch()
+    with torch.no_grad():
+        memory, mask = model.encode(features, fmask)
+        state = model.init_state(memory, mask, 2)
+        tokens = torch.tensor([1, 1, 1, 1, 1, 1])
+        _, state = model.step(tokens, state)
+        _, state = model.step(torch.tensor([5, 9, 6, 10, 7, 11]), state)
+        swapped = state.reorder(torch.tensor([1, 0, 2, 3, 5, 4]))
+        a, _ = model.step(torch.tensor([3, 3, 3, 3, 3, 3]), state)
+        b, _ = model.step(torch.tensor([3, 3, 3, 3, 3, 3]), swapped)
+    torch.testing.assert_close(b[[1, 0, 2, 3, 5, 4]], a)
+    assert not torch.allclose(a[0], a[1])
