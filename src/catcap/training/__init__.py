@@ -1,0 +1,1 @@
+"""Training: losses, schedules, the training loop, checkpoints."""
