@@ -80,3 +80,33 @@ def write_json_atomic(path: str | Path, data) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()):
+    """The experiment config of a YAML file plus ``key=value`` overrides, fully checked."""
+    from catcap.config import load_config
+    from catcap.training.experiment import ExperimentConfig
+
+    return load_config(ExperimentConfig, path, overrides)
+
+
+def config_yaml(cfg) -> str:
+    import yaml
+
+    from catcap.config import to_dict
+
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def train(config: str | Path | None, overrides: Sequence[str] = (), *, resume: bool = False, log=print):
+    """Train the experiment; returns the final position (steps, best CIDEr-D)."""
+    from catcap.training.loop import Trainer
+
+    return Trainer(load_experiment(config, overrides), resume=resume, log=log).fit()
+
+
+def synth(out_dir: str | Path, **kwargs):
+    """Make the built-in shapes world (see ``catcap synth --help``)."""
+    from catcap.data.synthetic import make_world
+
+    return make_world(out_dir, **kwargs)

@@ -1,0 +1,75 @@
+"""``catcap synth``, ``catcap train`` and ``catcap validate-config``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+SYNTH_HELP = """\
+Make the built-in "shapes" world: procedurally drawn images of 1-4 coloured shapes with
+5 captions each, question/answer pairs, and detector-like region features. It is written
+as a normal dataset (images/, dataset_shapes.json in Karpathy format, features.h5), so
+it exercises exactly the path real data takes.
+
+example:
+  catcap synth --out worlds/shapes --train 3000 --val 250 --test 250
+"""
+
+TRAIN_HELP = """\
+Train a captioner from an experiment config (YAML) plus key=value overrides.
+Unknown keys and wrong types are rejected with the valid choices before anything runs.
+Checkpoints (safetensors + JSON, written atomically) and log.jsonl go to out_dir;
+--resume continues from out_dir/last exactly where it stopped.
+
+examples:
+  catcap train --config configs/experiments/demo.yaml
+  catcap train --config configs/experiments/demo.yaml train.epochs=3 model.d_model=64
+  catcap train --config configs/experiments/demo.yaml --resume
+"""
+
+
+def register(sub) -> None:
+    syn = sub.add_parser("synth", help="make the built-in shapes world", description=SYNTH_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    syn.add_argument("--out", required=True, metavar="DIR", help="output folder (must be new or empty)")
+    syn.add_argument("--train", type=int, default=3000, help="training images (default 3000)")
+    syn.add_argument("--val", type=int, default=250, help="validation images (default 250)")
+    syn.add_argument("--test", type=int, default=250, help="test images (default 250)")
+    syn.add_argument("--seed", type=int, default=0, help="random seed; same seed, same world (default 0)")
+    syn.add_argument("--feature-dim", type=int, default=2048, help="width of the region features (default 2048)")
+    syn.add_argument("--overwrite", action="store_true", help="replace an existing world in --out")
+    syn.set_defaults(func=cmd_synth)
+    for name, helptext, func in (("train", "train a captioner", cmd_train),
+                                 ("validate-config", "check an experiment config without running it", cmd_validate)):
+        p = sub.add_parser(name, help=helptext, description=TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--config", metavar="FILE.yaml", help="experiment config (defaults if omitted)")
+        p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.epochs=3")
+        if name == "train":
+            p.add_argument("--resume", action="store_true", help="continue from out_dir/last")
+        p.set_defaults(func=func)
+
+
+def cmd_synth(args) -> int:
+    from catcap import api
+
+    paths = api.synth(args.out, num_train=args.train, num_val=args.val, num_test=args.test, seed=args.seed,
+                      feature_dim=args.feature_dim, overwrite=args.overwrite)
+    print(f"world written to {args.out}: {paths}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from catcap import api
+
+    cfg = api.load_experiment(args.config, args.overrides)
+    print(api.config_yaml(cfg), end="")
+    print("config OK", file=sys.stderr)
+    return 0
+
+
+def cmd_train(args) -> int:
+    from catcap import api
+
+    pos = api.train(args.config, args.overrides, resume=args.resume)
+    print(f"done: {pos.step} steps, best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})")
+    return 0

@@ -1,0 +1,165 @@
+"""Logit processors: decoding rules shared by greedy, sampling and beam search.
+
+A processor is a callable ``(log_probs (R, V), history (R, t), t) -> log_probs`` that sets the
+log-probabilities of forbidden tokens to ``-inf`` and leaves every other entry untouched (no
+renormalisation, so the score of an allowed token stays its model log-probability). ``history``
+holds the tokens generated so far by each row (R rows = hypotheses, ``<bos>`` excluded) and
+``t = history.shape[1]`` is the index of the token being chosen. Rules are vectorised over rows.
+
+The maximum length is not a processor: the loops force ``<eos>`` at step ``max_len`` (see
+:func:`force_token`). This module also holds :class:`DecodeOutput`, the result of every loop.
+Legend: R rows, V vocab, T steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+Processor = Callable[[Tensor, Tensor, int], Tensor]
+NEG_INF = float("-inf")
+
+
+@dataclass
+class DecodeOutput:
+    """Generated captions, image-major (row ``b * group + g`` = caption ``g`` of image ``b``).
+
+    tokens: (R, T) generated ids after ``<bos>``: words, ``<eos>``, then ``<pad>``;
+    log_probs: (R,) sum of the per-token model log-probabilities (``<eos>`` included);
+    lengths: (R,) generated tokens including the final ``<eos>`` (= words + 1);
+    token_log_probs: (R, T) per-token model log-probabilities, 0 after ``<eos>``;
+    mask: (R, T) bool, True = generated token (words and ``<eos>``), False = padding;
+    scores: (R,) ranking score (beam search: length-penalised), else equal to ``log_probs``;
+    group: rows per image.
+    """
+
+    tokens: Tensor
+    log_probs: Tensor
+    lengths: Tensor
+    token_log_probs: Tensor
+    mask: Tensor
+    scores: Tensor
+    group: int = 1
+
+
+def forbid(log_probs: Tensor, rows: Tensor, token: int) -> Tensor:
+    """Set ``log_probs[r, token] = -inf`` for the rows where ``rows`` (R,) is True."""
+    column = torch.arange(log_probs.shape[1], device=log_probs.device) == token
+    return log_probs.masked_fill(rows[:, None] & column[None, :], NEG_INF)
+
+
+def force_token(log_probs: Tensor, rows: Tensor, token: int) -> Tensor:
+    """Allow only ``token`` in the rows where ``rows`` (R,) is True (its value is kept)."""
+    column = torch.arange(log_probs.shape[1], device=log_probs.device) == token
+    return log_probs.masked_fill(rows[:, None] & ~column[None, :], NEG_INF)
+
+
+class MinLength:
+    """No ``<eos>`` before ``min_len`` words have been generated."""
+
+    def __init__(self, min_len: int, eos_id: int):
+        if min_len < 0:
+            raise ValueError(f"min_len must be >= 0, got {min_len}")
+        self.min_len, self.eos_id = min_len, eos_id
+
+    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+        if step >= self.min_len:
+            return log_probs
+        return forbid(log_probs, torch.ones_like(log_probs[:, 0], dtype=torch.bool), self.eos_id)
+
+
+class NoRepeatNGram:
+    """A token that would complete an n-gram already present in the row's history is forbidden
+    (trigram blocking for n = 3)."""
+
+    def __init__(self, n: int):
+        if n < 1:
+            raise ValueError(f"n-gram size must be >= 1, got {n}")
+        self.n = n
+
+    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+        n, t = self.n, history.shape[1]
+        if t < n:
+            return log_probs
+        grams = history.unfold(1, n, 1)  # (R, t-n+1, n): every n-gram generated so far
+        prefix = history[:, t - n + 1:]  # (R, n-1): what the next token would extend
+        match = (grams[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (R, t-n+1)
+        hits = torch.zeros_like(log_probs).scatter_add_(1, grams[:, :, -1], match.to(log_probs.dtype))
+        return log_probs.masked_fill(hits > 0, NEG_INF)
+
+
+class SuppressTokens:
+    """Tokens that are never generated (e.g. ``<unk>``, ``<pad>``, ``<bos>``)."""
+
+    def __init__(self, ids: Iterable[int]):
+        self.ids = sorted(set(int(i) for i in ids))
+
+    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+        if not self.ids:
+            return log_probs
+        out = log_probs.clone()
+        out[:, self.ids] = NEG_INF
+        return out
+
+
+class BadEndings:
+    """``<eos>`` is forbidden right after a word a caption should not end with
+    ("a", "the", "of", "with", ...; the caller passes their ids)."""
+
+    def __init__(self, word_ids: Iterable[int], eos_id: int):
+        self.word_ids, self.eos_id = sorted(set(int(i) for i in word_ids)), eos_id
+
+    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+        if history.shape[1] == 0 or not self.word_ids:
+            return log_probs
+        ids = torch.tensor(self.word_ids, device=history.device)
+        return forbid(log_probs, torch.isin(history[:, -1], ids), self.eos_id)
+
+
+class SuppressEos:
+    """``<eos>`` is never chosen before ``max_len`` (benchmarks that must run to full length)."""
+
+    def __init__(self, eos_id: int):
+        self.eos_id = eos_id
+
+    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+        return forbid(log_probs, torch.ones_like(log_probs[:, 0], dtype=torch.bool), self.eos_id)
+
+
+def build_processors(eos_id: int, *, min_len: int = 0, no_repeat_ngram: int = 0,
+                     suppress_ids: Sequence[int] = (), bad_ending_ids: Sequence[int] = (),
+                     suppress_eos: bool = False) -> tuple[Processor, ...]:
+    """Processors from plain arguments; 0 / empty / False turns a rule off."""
+    if no_repeat_ngram < 0:
+        raise ValueError(f"no_repeat_ngram must be >= 0 (0 = off), got {no_repeat_ngram}")
+    if eos_id in set(suppress_ids):
+        raise ValueError(f"suppress_ids contains <eos> ({eos_id}); use suppress_eos=True to run to max_len")
+    rules: list[Processor] = []
+    if suppress_ids:
+        rules.append(SuppressTokens(suppress_ids))
+    if min_len > 0:
+        rules.append(MinLength(min_len, eos_id))
+    if no_repeat_ngram > 0:
+        rules.append(NoRepeatNGram(no_repeat_ngram))
+    if bad_ending_ids:
+        rules.append(BadEndings(bad_ending_ids, eos_id))
+    if suppress_eos:
+        rules.append(SuppressEos(eos_id))
+    return tuple(rules)
+
+
+def apply_processors(processors: Iterable[Processor], log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+    """Run every processor in order on (R, V) log-probs."""
+    for processor in processors:
+        log_probs = processor(log_probs, history, step)
+    return log_probs
+
+
+def check_some_allowed(log_probs: Tensor, step: int) -> None:
+    """Raise when a row has every token forbidden (the rules contradict each other)."""
+    if bool(torch.isneginf(log_probs).all(dim=1).any()):
+        raise ValueError(f"at step {step} the logit processors forbid every token of some row; "
+                         "relax the rules (e.g. min_len, suppressed ids, n-gram blocking on a tiny vocabulary)")

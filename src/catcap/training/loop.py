@@ -1,0 +1,176 @@
+"""The training loop (XE now; SCST and AWC plug into the same loop later).
+
+Determinism and resume: batches of epoch e are a permutation drawn from a generator seeded
+with (seed, e), so a resumed run sees the same batches; dropout uses the global torch RNG,
+whose state (with numpy's and Python's) is saved in every checkpoint; the DataLoader gets
+its own generator so that creating it does not consume the global RNG. A run killed at any
+step and resumed from its last checkpoint ends with the same weights as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from catcap.config import to_dict
+from catcap.data.collate import collate_captions
+from catcap.data.vocab import Vocab
+from catcap.training.checkpoint import load_checkpoint, save_checkpoint
+from catcap.training.experiment import ExperimentConfig
+from catcap.training.losses import cross_entropy
+from catcap.training.schedule import learning_rate, set_learning_rate
+from catcap.training.setup import make_model, pick_device, prepare_data, seed_everything
+from catcap.training.validate import validate
+
+
+@dataclass
+class Position:
+    """Where the run is: optimizer steps done, current epoch, batches done in that epoch."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    best_cider: float = -1.0
+    best_epoch: int = -1
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """The batches of one epoch: a seeded permutation of 0..n-1 cut into batches."""
+    g = torch.Generator().manual_seed(seed * 100003 + epoch)
+    order = torch.randperm(n, generator=g).tolist()
+    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()}
+
+
+def _numpy_state() -> dict:
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+            "has_gauss": int(has_gauss), "gauss": float(gauss)}
+
+
+def restore_rng(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    random.setstate(_as_tuples(state["python"]))
+
+
+def _as_tuples(x):
+    return tuple(_as_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+class Trainer:
+    """XE training of one experiment (see the module docstring for the guarantees)."""
+
+    def __init__(self, cfg: ExperimentConfig, *, resume: bool = False, log=print):
+        self.cfg, self.log = cfg, log
+        self.out = Path(cfg.out_dir)
+        self.device = pick_device(cfg.train.device)
+        resumed = load_checkpoint(self.out / "last", with_trainer=True) if resume and (self.out / "last").exists() else None
+        vocab = Vocab.from_dict(resumed["vocab"]) if resumed else None
+        self.data = prepare_data(cfg, vocab)
+        seed_everything(cfg.train.seed)
+        self.model = make_model(cfg, self.data.vocab).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+        self.pos = Position()
+        if resumed:
+            self._restore(resumed)
+        elif resume:
+            log(f"[catcap] nothing to resume in {self.out}; starting a new run")
+
+    def _restore(self, ckpt: dict) -> None:
+        self.model.load_state_dict(ckpt["weights"])
+        t = ckpt["trainer"]
+        self.optimizer.load_state_dict(t["optimizer"])
+        self.pos = Position(**t["position"])
+        restore_rng(t["rng"])
+        self.log(f"[catcap] resumed {self.out / 'last'} at step {self.pos.step} (epoch {self.pos.epoch}, batch {self.pos.batch})")
+
+    def save(self, name: str) -> None:
+        trainer = {"optimizer": self.optimizer.state_dict(), "position": asdict(self.pos), "rng": rng_state()}
+        save_checkpoint(self.out / name, model=self.model, config=to_dict(self.cfg),
+                        vocab=self.data.vocab.to_dict(), trainer=trainer)
+
+    def _log_json(self, record: dict) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def train_step(self, batch) -> float:
+        """One optimizer step on a caption batch; returns the loss."""
+        t = self.cfg.train
+        self.model.train()
+        logits, _ = self.model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
+        loss = cross_entropy(logits, batch.captions[:, 1:], batch.caption_mask[:, 1:], t.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if t.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        set_learning_rate(self.optimizer, learning_rate(t.schedule, self.pos.step + 1, self.pos.epoch, self.cfg.model.d_model))
+        self.optimizer.step()
+        self.pos.step += 1
+        return float(loss.detach())
+
+    def _loader(self, batches: list[list[int]]) -> DataLoader:
+        return DataLoader(self.data.train, batch_sampler=batches, collate_fn=collate_captions,
+                          num_workers=self.cfg.train.num_workers, generator=torch.Generator())
+
+    def fit(self) -> Position:
+        """Train until ``train.epochs`` (or ``train.max_steps``); returns the final position."""
+        t = self.cfg.train
+        while self.pos.epoch < t.epochs and not self._done():
+            self._run_epoch()
+            if self._done() and self.pos.batch != 0:
+                break
+            self._end_epoch()
+        self.save("last")
+        return self.pos
+
+    def _done(self) -> bool:
+        return 0 < self.cfg.train.max_steps <= self.pos.step
+
+    def _run_epoch(self) -> None:
+        t = self.cfg.train
+        batches = epoch_batches(len(self.data.train), t.batch_size, t.seed, self.pos.epoch)
+        todo = batches[self.pos.batch:]
+        bar = tqdm(total=len(batches), initial=self.pos.batch, desc=f"epoch {self.pos.epoch + 1}/{t.epochs}",
+                   unit="batch", disable=not t.progress)
+        start = time.perf_counter()
+        for batch in self._loader(todo):
+            loss = self.train_step(batch.to(self.device))
+            self.pos.batch += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.2e}")
+            if self.pos.step % t.log_every == 0:
+                self._log_json({"kind": "train", "step": self.pos.step, "epoch": self.pos.epoch, "loss": loss,
+                                "lr": self.optimizer.param_groups[0]["lr"],
+                                "batches_per_s": self.pos.batch / max(time.perf_counter() - start, 1e-9)})
+            if t.save_every and self.pos.step % t.save_every == 0:
+                self.save("last")
+            if self._done():
+                break
+        bar.close()
+
+    def _end_epoch(self) -> None:
+        t = self.cfg.train
+        ev, _ = validate(self.model, self.data.val, self.data.vocab, self.device, t.eval_batch_size, t.val_max_len, progress=t.progress)
+        cider = ev.corpus["CIDEr"]
+        self._log_json({"kind": "val", "step": self.pos.step, "epoch": self.pos.epoch, **ev.corpus})
+        self.log(f"[catcap] epoch {self.pos.epoch + 1}: val " + ", ".join(f"{k} {v:.3f}" for k, v in ev.corpus.items()))
+        self.pos.epoch += 1
+        self.pos.batch = 0
+        if cider > self.pos.best_cider:
+            self.pos.best_cider, self.pos.best_epoch = cider, self.pos.epoch
+            self.save("best")
+        self.save("last")

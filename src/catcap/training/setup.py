@@ -1,0 +1,67 @@
+"""Everything before the first step: data read and validated, vocabulary, model, device."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from catcap.config import ConfigError
+from catcap.data.datasets import CaptionDataset, ImageDataset, validate_dataset
+from catcap.data.features import FeatureStore, open_feature_store
+from catcap.data.karpathy import ImageRecord, load_karpathy
+from catcap.data.vocab import Vocab
+from catcap.models.builders import build_captioner
+from catcap.models.captioner import Captioner
+from catcap.training.experiment import ExperimentConfig
+
+
+@dataclass
+class RunData:
+    """The prepared data of a run."""
+
+    store: FeatureStore
+    vocab: Vocab
+    train: CaptionDataset
+    val: ImageDataset
+    val_records: list[ImageRecord]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("train.device=cuda but no CUDA device is available; use train.device=cpu or auto")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def prepare_data(cfg: ExperimentConfig, vocab: Vocab | None = None) -> RunData:
+    """Read and validate the splits up front (a clear error before any training)."""
+    d = cfg.data
+    if not d.dataset or not d.features:
+        raise ConfigError("data.dataset and data.features must be set (a Karpathy JSON and a feature store); "
+                          "`catcap synth` makes a built-in world that has both")
+    splits = load_karpathy(d.dataset, [d.train_split, d.val_split])
+    store = open_feature_store(d.features)
+    if store.feature_dim != cfg.model.feature_dim:
+        raise ConfigError(f"the features in {d.features} are {store.feature_dim}-d but model.feature_dim is "
+                          f"{cfg.model.feature_dim}; set model.feature_dim={store.feature_dim}")
+    for split in (d.train_split, d.val_split):
+        validate_dataset(splits[split], store, cfg.model.feature_dim)
+    train_records = splits[d.train_split]
+    if vocab is None:
+        vocab = Vocab.build((c for r in train_records for c in r.captions), min_count=d.min_count)
+    return RunData(store, vocab, CaptionDataset(train_records, store, vocab, max_len=d.max_len),
+                   ImageDataset(splits[d.val_split], store, vocab), splits[d.val_split])
+
+
+def make_model(cfg: ExperimentConfig, vocab: Vocab) -> Captioner:
+    return build_captioner(cfg.model, len(vocab), pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
