@@ -240,3 +240,34 @@ def test_check_features(tmp_path, kind):
         missing = [str(i) for i in range(3, 20)]
         with pytest.raises(FeatureStoreError, match=r"17 of 18 images.*first: \['3', '4', '5', '6', '7'\]"):
             check_features(store, ["0"] + missing, F)
+
+
+def test_hdf5_store_pickles_and_reopens_in_workers(tmp_path):
+    """DataLoader workers get the store by pickle (spawn) or fork: each reopens the file."""
+    import multiprocessing
+    import pickle
+
+    path = tmp_path / "f.h5"
+    with HDF5FeatureWriter(path, F) as w:
+        w.write("1", np.arange(F, dtype=np.float32)[None])
+    with HDF5FeatureStore(path) as store:
+        clone = pickle.loads(pickle.dumps(store))
+        assert clone.feature_dim == F and clone.get("1").regions[0, 3] == 3
+        clone.close()
+        ctx = multiprocessing.get_context("fork")
+        _FORKED["store"] = store  # inherited by fork, not pickled
+        queue = ctx.Queue()
+        proc = ctx.Process(target=_read_in_child, args=(queue,))
+        proc.start()
+        proc.join(30)
+        assert queue.get(timeout=5) == 5.0 and proc.exitcode == 0
+        assert store.get("1").regions[0, 5] == 5.0
+
+
+_FORKED = {}
+
+
+def _read_in_child(queue):
+    store = _FORKED["store"]
+    queue.put(float(store.get("1").regions[0, 5]))
+    assert store._pid == __import__("os").getpid()

@@ -156,7 +156,21 @@ class HDF5FeatureStore(_StoreBase):
         except Exception:
             self._file.close()
             raise
-        self._images = self._file["images"]
+        self._pid = os.getpid()
+
+    @property
+    def _images(self) -> "h5py.Group":
+        """/images, reopened in a new process (forked or spawned DataLoader worker): HDF5
+        handles must not cross processes."""
+        if self._pid != os.getpid():
+            self._file, self._pid = h5py.File(self.path, "r"), os.getpid()
+        return self._file["images"]
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_file", "_pid")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _file=None, _pid=None)
 
     def keys(self) -> list[str]:
         return [unescape_key(n) for n in self._images.keys()]
@@ -176,7 +190,8 @@ class HDF5FeatureStore(_StoreBase):
         return validate_features(key, group["regions"][()], boxes, self.feature_dim)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def _read_header(f: "h5py.File", path) -> tuple[int, dict]:

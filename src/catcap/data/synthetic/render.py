@@ -79,12 +79,21 @@ def _background(bg: Background, size: int, rng: np.random.Generator) -> np.ndarr
     return img
 
 
-def _coverage(obj: SceneObject, size: int) -> np.ndarray:
-    """(S, S) float32 in [0, 1]: the fraction of each pixel the shape covers."""
-    big = Image.new("L", (size * _SUPERSAMPLE, size * _SUPERSAMPLE), 0)
-    ImageDraw.Draw(big).polygon(shape_polygon(obj, size * _SUPERSAMPLE), fill=255)
-    small = big.resize((size, size), Image.Resampling.BOX)
-    return np.asarray(small, np.float32) / 255.0
+def _window(obj: SceneObject, size: int) -> tuple[slice, slice]:
+    """The pixel rows/columns that can hold the object (its circumscribed square + 1 px)."""
+    lo = [max(0, int(math.floor((c - obj.r) * size)) - 1) for c in (obj.cy, obj.cx)]
+    hi = [min(size, int(math.ceil((c + obj.r) * size)) + 1) for c in (obj.cy, obj.cx)]
+    return slice(lo[0], hi[0]), slice(lo[1], hi[1])
+
+
+def _coverage(obj: SceneObject, size: int, rows: slice, cols: slice) -> np.ndarray:
+    """(h, w) float32 in [0, 1]: the fraction of each pixel of the window the shape covers."""
+    k = _SUPERSAMPLE
+    h, w = rows.stop - rows.start, cols.stop - cols.start
+    big = Image.new("L", (w * k, h * k), 0)
+    pts = [(x - cols.start * k, y - rows.start * k) for x, y in shape_polygon(obj, size * k)]
+    ImageDraw.Draw(big).polygon(pts, fill=255)
+    return np.asarray(big.resize((w, h), Image.Resampling.BOX), np.float32) / 255.0
 
 
 def _box(mask: np.ndarray) -> np.ndarray:
@@ -100,10 +109,12 @@ def render_scene(scene: Scene, size: int, rng: np.random.Generator) -> Rendering
     img = _background(scene.background, size, rng)
     masks = np.zeros((len(scene.objects), size, size), bool)
     for i, obj in enumerate(scene.objects):
-        alpha = _coverage(obj, size)[..., None]
-        shade = np.asarray(obj.rgb, np.float32) + rng.normal(0, 3, size=(size, size, 1)).astype(np.float32)
-        img = img * (1 - alpha) + shade * alpha
-        covered = alpha[..., 0] >= 0.5
+        rows, cols = _window(obj, size)
+        alpha = _coverage(obj, size, rows, cols)[..., None]
+        noise = rng.normal(0, 3, size=alpha.shape).astype(np.float32)
+        img[rows, cols] = img[rows, cols] * (1 - alpha) + (np.asarray(obj.rgb, np.float32) + noise) * alpha
+        covered = np.zeros((size, size), bool)
+        covered[rows, cols] = alpha[..., 0] >= 0.5
         masks[:i] &= ~covered  # later objects hide earlier ones
         masks[i] = covered
     boxes = np.stack([_box(m) for m in masks]) if len(masks) else np.zeros((0, 4), np.float32)
