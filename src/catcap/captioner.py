@@ -1,0 +1,90 @@
+"""The public captioner: a trained model, its vocabulary and ``generate``.
+
+    from catcap import Captioner
+    cap = Captioner.from_pretrained("runs/demo/best")
+    cap.generate(features)                      # greedy, one caption per image
+    cap.generate(features, num_beams=5, no_repeat_ngram_size=3)
+    cap.generate(features, do_sample=True, top_p=0.9, num_return_sequences=5, seed=0)
+
+Argument names follow Hugging Face ``generate`` where they exist.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from catcap.config import from_dict
+from catcap.data.collate import pad_regions
+from catcap.data.vocab import Vocab
+from catcap.decoding import beam_search, build_processors, greedy, sample
+from catcap.training.checkpoint import load_checkpoint
+from catcap.training.experiment import ExperimentConfig
+from catcap.training.setup import make_model, pick_device
+
+BAD_ENDINGS = ("a", "an", "the", "of", "with", "on", "in", "and", "to", "at", "for", "its", "his", "her")
+
+
+class Captioner:
+    """A captioning model ready to caption features (B images, N regions, F width)."""
+
+    def __init__(self, model, vocab: Vocab, config: ExperimentConfig, device: torch.device):
+        self.model, self.vocab, self.config, self.device = model.eval(), vocab, config, device
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str = "auto") -> "Captioner":
+        """Load a checkpoint directory written by ``catcap train`` (no pickle)."""
+        ckpt = load_checkpoint(directory)
+        cfg = from_dict(ExperimentConfig, ckpt["config"])
+        vocab = Vocab.from_dict(ckpt["vocab"])
+        dev = pick_device(device)
+        model = make_model(cfg, vocab)
+        model.load_state_dict(ckpt["weights"])
+        return cls(model.to(dev), vocab, cfg, dev)
+
+    def _batch(self, features, feature_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(features, (list, tuple)):
+            regions = [torch.as_tensor(np.asarray(f), dtype=torch.float32) for f in features]
+            features, feature_mask, _ = pad_regions(regions, [None] * len(regions))
+        features = torch.as_tensor(features, dtype=torch.float32)
+        if feature_mask is None:
+            feature_mask = torch.ones(features.shape[:2], dtype=torch.bool)
+        if features.shape[-1] != self.config.model.feature_dim:
+            raise ValueError(f"features are {features.shape[-1]}-d but this model expects "
+                             f"{self.config.model.feature_dim}-d features ({self.config.data.features or 'its training features'})")
+        return features.to(self.device), torch.as_tensor(feature_mask, dtype=torch.bool).to(self.device)
+
+    @torch.no_grad()
+    def generate(self, features, feature_mask=None, *, num_beams: int = 1, max_length: int = 16,
+                 min_length: int = 0, length_penalty: float = 0.0, no_repeat_ngram_size: int = 0,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 num_return_sequences: int = 1, remove_bad_endings: bool = False,
+                 seed: int | None = None) -> list[str] | list[list[str]]:
+        """Captions for features (B, N, F) tensor/array or a list of (N_i, F) arrays.
+
+        Returns one string per image, or a list of ``num_return_sequences`` strings per image.
+        """
+        feats, mask = self._batch(features, feature_mask)
+        v = self.vocab
+        bad = [v.id(w) for w in BAD_ENDINGS if w in v] if remove_bad_endings else []
+        processors = build_processors(v.eos_id, min_len=min_length, no_repeat_ngram=no_repeat_ngram_size,
+                                      suppress_ids=[v.pad_id, v.bos_id, v.unk_id], bad_ending_ids=bad)
+        if do_sample:
+            gen = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+            out = sample(self.model, feats, mask, num_samples=num_return_sequences, temperature=temperature,
+                         top_k=top_k, top_p=top_p, max_len=max_length, processors=processors, generator=gen)
+        elif num_beams > 1:
+            out = beam_search(self.model, feats, mask, beam_size=num_beams, max_len=max_length,
+                              length_penalty=length_penalty, processors=processors, num_return=num_return_sequences)
+        else:
+            if num_return_sequences != 1:
+                raise ValueError("greedy decoding returns one caption per image; use num_beams or do_sample")
+            out = greedy(self.model, feats, mask, max_len=max_length, processors=processors)
+        texts = [" ".join(v.decode(row)) for row in out.tokens.cpu().tolist()]
+        if num_return_sequences == 1:
+            return texts
+        n = num_return_sequences
+        return [texts[i:i + n] for i in range(0, len(texts), n)]

@@ -1,0 +1,52 @@
+"""A run killed with SIGKILL at a random step and resumed ends with the same weights."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from catcap.training.checkpoint import load_checkpoint
+
+
+def run_train(args, **popen):
+    return subprocess.Popen([sys.executable, "-m", "catcap", "train", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def last_logged_step(log):
+    if not log.exists():
+        return 0
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines() if line.strip()]
+    return max(steps, default=0)
+
+
+def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp_path):
+    full = run_train(tiny_overrides(tiny_world, tmp_path / "full"))
+    assert full.wait(timeout=300) == 0, full.stdout.read()
+
+    out = tmp_path / "killed"
+    args = tiny_overrides(tiny_world, out, **{"train.save_every": 1})
+    kill_at = random.Random().randint(3, 16)  # 20 steps in all (2 epochs x 10 batches)
+    proc = run_train(args)
+    deadline = time.time() + 300
+    while last_logged_step(out / "log.jsonl") < kill_at and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = load_checkpoint(out / "last", with_trainer=True)["trainer"]["position"]["step"]
+    assert 0 < killed_at < 20, f"the run was not interrupted mid-training (checkpoint at step {killed_at})"
+    resumed = run_train(args + ["--resume"])
+    output = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, output
+    assert f"resumed {out / 'last'} at step {killed_at}" in output
+
+    a = load_checkpoint(tmp_path / "full" / "last", with_trainer=True)
+    b = load_checkpoint(out / "last", with_trainer=True)
+    assert a["trainer"]["position"] == b["trainer"]["position"]
+    for name, tensor in a["weights"].items():
+        assert torch.equal(tensor, b["weights"][name]), f"{name} differs after resume (killed at step {killed_at})"
