@@ -51,10 +51,14 @@ def forbid(log_probs: Tensor, rows: Tensor, token: int) -> Tensor:
     return log_probs.masked_fill(rows[:, None] & column[None, :], NEG_INF)
 
 
-def force_token(log_probs: Tensor, rows: Tensor, token: int) -> Tensor:
-    """Allow only ``token`` in the rows where ``rows`` (R,) is True (its value is kept)."""
-    column = torch.arange(log_probs.shape[1], device=log_probs.device) == token
-    return log_probs.masked_fill(rows[:, None] & ~column[None, :], NEG_INF)
+def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | float) -> Tensor:
+    """Allow only ``token`` in the rows where ``rows`` (R,) is True, with log-prob ``value``
+    (a float or (R,)), whatever the processors said about it."""
+    column = (torch.arange(log_probs.shape[1], device=log_probs.device) == token)[None, :]
+    value = torch.as_tensor(value, dtype=log_probs.dtype, device=log_probs.device)
+    value = value[:, None] if value.dim() == 1 else value
+    forced = torch.where(column, value, torch.full_like(log_probs, NEG_INF))
+    return torch.where(rows[:, None], forced, log_probs)
 
 
 class MinLength:

@@ -1,0 +1,117 @@
+"""Uncached reference decoding: the oracle the cached loops are tested against.
+
+Nothing here uses ``init_state`` / ``step``: every next-token distribution comes from the full
+teacher-forced ``model(features, feature_mask, captions, caption_mask)`` on the prefixes, and
+the beam search is a plain per-image Python loop over candidate lists. It is slow on purpose
+(quadratic in length, one image at a time) and is used only by tests.
+Legend: B images, K beams, V vocab, T steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+from torch import Tensor
+
+from catcap.decoding.beam import penalised
+from catcap.decoding.processors import DecodeOutput, Processor, apply_processors, force_token
+
+
+def next_log_probs(model, features: Tensor, feature_mask: Tensor, prefixes: Tensor) -> Tensor:
+    """features (R, N, F), mask (R, N), prefixes (R, t) generated tokens -> (R, V) model
+    log-probs of the next token, from a full teacher-forced forward over ``<bos> prefix``."""
+    rows = prefixes.shape[0]
+    bos = torch.full((rows, 1), model.bos_id, dtype=torch.long, device=prefixes.device)
+    slot = torch.full((rows, 1), model.pad_id, dtype=torch.long, device=prefixes.device)  # read-off slot, not read
+    captions = torch.cat([bos, prefixes, slot], dim=1)
+    logits, _ = model(features, feature_mask, captions, torch.ones_like(captions, dtype=torch.bool))
+    return logits[:, -1].float().log_softmax(dim=-1)
+
+
+def teacher_forced_log_probs(model, features: Tensor, feature_mask: Tensor, tokens: Tensor,
+                             mask: Tensor, group: int = 1) -> Tensor:
+    """Per-token model log-probs (R, T) of generated ``tokens`` (R, T) (mask True = generated)
+    by one teacher-forced forward; rows image-major with ``group`` rows per image; 0 where masked."""
+    features = features.repeat_interleave(group, dim=0)
+    feature_mask = feature_mask.repeat_interleave(group, dim=0)
+    bos = torch.full_like(tokens[:, :1], model.bos_id)
+    captions = torch.cat([bos, tokens], dim=1)
+    caption_mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
+    logits, _ = model(features, feature_mask, captions, caption_mask)
+    chosen = logits.float().log_softmax(dim=-1).gather(2, tokens[:, :, None])[:, :, 0]
+    return chosen.masked_fill(~mask, 0.0)
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int] = field(default_factory=list)
+    log_probs: list[Tensor] = field(default_factory=list)  # 0-dim float32 per token
+    total: Tensor = field(default_factory=lambda: torch.zeros(()))  # float32 running sum
+    score: Tensor | None = None  # final (penalised) score once finished
+
+
+@torch.no_grad()
+def reference_beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 5,
+                          max_len: int = 16, length_penalty: float = 0.0,
+                          processors: Iterable[Processor] = (), num_return: int = 1) -> DecodeOutput:
+    """Same contract and result as :func:`catcap.decoding.beam_search`, one image at a time.
+    It never stops early: it runs until ``max_len`` closes every beam, which also checks that
+    the cached search's early stop never changes the answer."""
+    processors, outputs = tuple(processors), []
+    for b in range(features.shape[0]):
+        pool = _search_image(model, features[b:b + 1], feature_mask[b:b + 1], beam_size, max_len,
+                             length_penalty, processors)
+        outputs.extend(pool[:num_return])
+    return _as_output(outputs, model.pad_id, num_return)
+
+
+def _search_image(model, features, feature_mask, k, max_len, alpha, processors) -> list[Hypothesis]:
+    beams, pool = [Hypothesis()], []
+    for step in range(max_len + 1):
+        prefixes = torch.tensor([h.tokens for h in beams], dtype=torch.long).view(len(beams), step)
+        rows = len(beams)
+        log_probs = next_log_probs(model, features.expand(rows, -1, -1), feature_mask.expand(rows, -1), prefixes)
+        scores = apply_processors(processors, log_probs, prefixes, step)
+        if step == max_len:
+            scores = force_token(scores, torch.ones(rows, dtype=torch.bool), model.eos_id, log_probs[:, model.eos_id])
+        candidates = []  # (sum, beam, token), enumerated beam-major like the batched search
+        for i, hyp in enumerate(beams):
+            totals = hyp.total + scores[i]  # float32, the same sums the batched search forms
+            candidates += [(totals[v], i, v) for v, x in enumerate(totals.tolist()) if x != float("-inf")]
+        candidates = sorted(candidates, key=lambda c: -float(c[0]))[:2 * k]
+        beams = _advance(beams, pool, candidates, log_probs, step, max_len, alpha, k, model.eos_id)
+        pool = sorted(pool, key=lambda h: -float(h.score))[:k]
+        if not beams:
+            break
+    return pool
+
+
+def _advance(beams, pool, candidates, log_probs, step, max_len, alpha, k, eos_id) -> list[Hypothesis]:
+    """Move ``<eos>`` candidates ranked < K to ``pool``; return the K best other ones."""
+    survivors = []
+    for rank, (total, i, v) in enumerate(candidates):
+        hyp = beams[i]
+        new = Hypothesis(hyp.tokens + [v], hyp.log_probs + [log_probs[i, v]], total)
+        if v == eos_id:
+            if rank < k:
+                new.score = penalised(total, step + 1, alpha)
+                pool.append(new)
+        elif len(survivors) < k:
+            survivors.append(new)
+    return survivors
+
+
+def _as_output(hyps: list[Hypothesis], pad_id: int, group: int) -> DecodeOutput:
+    width = max(len(h.tokens) for h in hyps)
+    tokens = torch.full((len(hyps), width), pad_id, dtype=torch.long)
+    token_lp = torch.zeros(len(hyps), width)
+    for r, h in enumerate(hyps):
+        tokens[r, :len(h.tokens)] = torch.tensor(h.tokens, dtype=torch.long)
+        token_lp[r, :len(h.tokens)] = torch.stack(h.log_probs) if h.log_probs else token_lp[r, :0]
+    lengths = torch.tensor([len(h.tokens) for h in hyps])
+    mask = torch.arange(width)[None, :] < lengths[:, None]
+    sums = torch.stack([h.total for h in hyps])
+    scores = torch.stack([h.score for h in hyps])
+    return DecodeOutput(tokens, sums, lengths, token_lp, mask, scores, group)
