@@ -110,3 +110,10 @@ def synth(out_dir: str | Path, **kwargs):
     from catcap.data.synthetic import make_world
 
     return make_world(out_dir, **kwargs)
+
+
+def demo(out_dir: str | Path = "runs/demo", **kwargs) -> dict:
+    """The README's demo (see ``catcap demo --help``)."""
+    from catcap.demo import run_demo
+
+    return run_demo(out_dir, **kwargs)
