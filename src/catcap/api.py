@@ -117,3 +117,60 @@ def demo(out_dir: str | Path = "runs/demo", **kwargs) -> dict:
     from catcap.demo import run_demo
 
     return run_demo(out_dir, **kwargs)
+
+
+def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50) -> list[dict]:
+    """COCO-format results for ``records``: [{"image_id", "caption"}]."""
+    from catcap.data.collate import pad_regions
+
+    results = []
+    for i in range(0, len(records), batch_size):
+        chunk = records[i:i + batch_size]
+        import torch
+
+        regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
+        feats, mask, _ = pad_regions(regions, [None] * len(regions))
+        texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len)
+        results += [{"image_id": r.image_id, "caption": t} for r, t in zip(chunk, texts)]
+    return results
+
+
+def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: int = 5, max_len: int = 20,
+                        metrics=None, dataset: str | None = None, features: str | None = None,
+                        save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None):
+    """Caption a split with a trained model and score it like a COCO result file.
+
+    Returns (Evaluation, results); ``save_results`` writes the COCO-format results.
+    """
+    from catcap.captioner import Captioner
+    from catcap.data.datasets import validate_dataset
+    from catcap.data.features import open_feature_store
+    from catcap.data.karpathy import load_karpathy
+
+    cap = Captioner.from_pretrained(checkpoint)
+    dataset = dataset or cap.config.data.dataset
+    features = features or cap.config.data.features
+    records = load_karpathy(dataset, [split])[split]
+    store = open_feature_store(features)
+    validate_dataset(records, store, cap.config.model.feature_dim)
+    results = _decode_records(cap, records, store, beam=beam, max_len=max_len)
+    if save_results:
+        write_json_atomic(save_results, results)
+    refs = {r.image_id: r.raw for r in records}
+    ev = evaluate_captions({r["image_id"]: r["caption"] for r in results}, refs, metrics, corenlp_dir=corenlp_dir, log=log)
+    return ev, results
+
+
+def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | None = None, beam: int = 3,
+            max_len: int = 20) -> list[tuple[str, str]]:
+    """Captions for images of a feature store, named by key or by an image path whose stem is
+    the key (e.g. ``runs/demo/world/images/12.png``). Returns [(item, caption)]."""
+    from catcap.captioner import Captioner
+    from catcap.data.features import check_features, open_feature_store
+
+    cap = Captioner.from_pretrained(checkpoint)
+    store = open_feature_store(features or cap.config.data.features)
+    keys = [Path(item).stem for item in items]
+    check_features(store, keys, cap.config.model.feature_dim)
+    texts = cap.generate([store.get(k).regions for k in keys], num_beams=beam, max_length=max_len)
+    return list(zip(items, texts))

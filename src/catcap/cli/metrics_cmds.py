@@ -21,6 +21,7 @@ examples:
   catcap evaluate --results val_results.json --refs captions_val2014.json
   catcap evaluate --results test.json --refs dataset_coco.json --split test \\
                   --metrics bleu,rouge,cider --output scores.json
+  catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json
 """
 
 COMPARE_HELP = """\
@@ -53,6 +54,10 @@ def register(sub) -> None:
     ev.add_argument("--example", action="store_true", help="score the bundled example (50 COCO val2014 images, "
                     "a held-out human caption against the other references)")
     ev.add_argument("--quiet", action="store_true", help="print only the table")
+    ev.add_argument("--checkpoint", metavar="DIR", help="caption --split (default test) of the checkpoint's dataset "
+                    "with this trained model, then score it")
+    ev.add_argument("--beam", type=int, default=5, help="with --checkpoint: beam size (default 5)")
+    ev.add_argument("--save-results", metavar="RESULTS.json", help="with --checkpoint: write the COCO-format results")
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,6 +75,14 @@ def cmd_evaluate(args) -> int:
     from catcap import api
     from catcap.metrics.evaluate import print_table
 
+    if args.checkpoint:
+        ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=args.beam, metrics=args.metrics,
+                                        dataset=args.refs, save_results=args.save_results, corenlp_dir=args.corenlp,
+                                        log=log_to_stderr(args.quiet))
+        print_table(ev)
+        if args.output:
+            api.write_json_atomic(args.output, ev.to_json())
+        return 0
     if args.example:
         results, refs = api.example_files()
     elif args.results and args.refs:

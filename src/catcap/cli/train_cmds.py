@@ -40,7 +40,24 @@ example:
 """
 
 
+CAPTION_HELP = """\
+Caption images with a trained model. Name images by their key in the feature store or by an
+image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
+(Captioning raw photos through an image encoder arrives with the real-image issue.)
+
+example:
+  catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
+"""
+
+
 def register(sub) -> None:
+    cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cap.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint written by catcap train")
+    cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
+    cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
+    cap.add_argument("images", nargs="+", metavar="IMAGE", help="image keys or image files named by key")
+    cap.set_defaults(func=cmd_caption)
     demo = sub.add_parser("demo", help="world -> train -> evaluate, in a few minutes", description=DEMO_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--out", default="runs/demo", metavar="DIR", help="where the world and the model go")
@@ -98,4 +115,12 @@ def cmd_demo(args) -> int:
     from catcap import api
 
     api.demo(args.out, num_train=args.train_images, overrides=args.overrides, beam=args.beam)
+    return 0
+
+
+def cmd_caption(args) -> int:
+    from catcap import api
+
+    for item, text in api.caption(args.checkpoint, args.images, features=args.features, beam=args.beam):
+        print(f"{item}: {text}")
     return 0
