@@ -121,13 +121,13 @@ def demo(out_dir: str | Path = "runs/demo", **kwargs) -> dict:
 
 def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50) -> list[dict]:
     """COCO-format results for ``records``: [{"image_id", "caption"}]."""
+    import torch
+
     from catcap.data.collate import pad_regions
 
     results = []
     for i in range(0, len(records), batch_size):
         chunk = records[i:i + batch_size]
-        import torch
-
         regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
         feats, mask, _ = pad_regions(regions, [None] * len(regions))
         texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len)
