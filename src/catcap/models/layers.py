@@ -13,7 +13,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)

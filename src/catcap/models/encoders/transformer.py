@@ -19,7 +19,7 @@ class FeatureProjection(nn.Module):
 
     def __init__(self, feature_dim: int, d_model: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(feature_dim, d_model), nn.ReLU(), nn.Dropout(dropout), nn.LayerNorm(d_model))
+        self.net = nn.Sequential(nn.Linear(feature_dim, d_model), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.LayerNorm(d_model))
 
     def forward(self, features: Tensor) -> Tensor:
         return self.net(features)
