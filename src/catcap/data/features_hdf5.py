@@ -1,0 +1,125 @@
+"""The HDF5 feature store (the default format) and its writer.
+
+See :mod:`catcap.data.features` for the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+
+from catcap.data.feature_base import (
+    FeatureStoreError, ImageFeatures, PathLike, _StoreBase, _WriterBase, _check_dim, _missing,
+    escape_key, unescape_key, validate_features,
+)
+
+FORMAT = "catcap-features-v1"
+
+
+class HDF5FeatureStore(_StoreBase):
+    """Read-only HDF5 feature file (the default format). See the module docstring."""
+
+    def __init__(self, path: PathLike):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"feature file {self.path} does not exist; "
+                                    "extract features first or fix the path")
+        try:
+            self._file = h5py.File(self.path, "r")
+        except OSError as e:
+            raise FeatureStoreError(f"{self.path} is not an HDF5 file ({e}); expected a catcap "
+                                    f"feature file ({FORMAT})") from None
+        try:
+            self.feature_dim, self.meta = _read_header(self._file, self.path)
+        except Exception:
+            self._file.close()
+            raise
+        self._pid = os.getpid()
+
+    @property
+    def _images(self) -> "h5py.Group":
+        """/images, reopened in a new process (forked or spawned DataLoader worker): HDF5
+        handles must not cross processes."""
+        if self._pid != os.getpid():
+            self._file, self._pid = h5py.File(self.path, "r"), os.getpid()
+        return self._file["images"]
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_file", "_pid")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _file=None, _pid=None)
+
+    def keys(self) -> list[str]:
+        return [unescape_key(n) for n in self._images.keys()]
+
+    def __len__(self) -> int:
+        return len(self._images)
+
+    def __contains__(self, key: str) -> bool:
+        return isinstance(key, str) and key != "" and escape_key(key) in self._images
+
+    def get(self, key: str) -> ImageFeatures:
+        """``ImageFeatures`` of one image; FeatureStoreError names the image if its values are bad."""
+        if key not in self:
+            raise _missing(key, self.path)
+        group = self._images[escape_key(key)]
+        boxes = group["boxes"][()] if "boxes" in group else None
+        return validate_features(key, group["regions"][()], boxes, self.feature_dim)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def _read_header(f: "h5py.File", path) -> tuple[int, dict]:
+    found = f.attrs.get("format")
+    found = found.decode() if isinstance(found, bytes) else found
+    if found != FORMAT or "images" not in f:
+        raise FeatureStoreError(f"{path} is an HDF5 file but not a catcap feature file: expected "
+                                f"attribute format={FORMAT!r} and a group /images, found "
+                                f"format={found!r}, top-level {sorted(f.keys())[:5]}; convert it with "
+                                "HDF5FeatureWriter")
+    return _check_dim(f.attrs.get("feature_dim")), json.loads(f.attrs.get("meta", "{}"))
+
+
+
+
+class HDF5FeatureWriter(_WriterBase):
+    """Write an HDF5 feature file atomically: ``with HDF5FeatureWriter(p, F, meta) as w: w.write(k, r)``."""
+
+    flush_every = 200
+
+    def _open(self, resume: bool) -> None:
+        self._file = h5py.File(self.partial, "a" if resume else "w")
+        if resume:
+            dim, meta = _read_header(self._file, self.partial)
+            self._check_header(dim, meta)
+        else:
+            self._file.attrs.update(format=FORMAT, feature_dim=self.feature_dim,
+                                    meta=json.dumps(self.meta, sort_keys=True))
+            self._file.create_group("images")
+        self._images = self._file["images"]
+        self._pending = 0
+
+    def _keys(self) -> list[str]:
+        return [unescape_key(n) for n in self._images.keys()]
+
+    def _put(self, name: str, feats: ImageFeatures) -> None:
+        group = self._images.create_group(name)
+        group.create_dataset("regions", data=feats.regions)
+        if feats.boxes is not None:
+            group.create_dataset("boxes", data=feats.boxes)
+        self._pending += 1
+        if self._pending >= self.flush_every:  # bound what a killed process can lose
+            self._file.flush()
+            self._pending = 0
+
+    def _close(self) -> bool:
+        if getattr(self, "_file", None) is None or not self._file.id.valid:
+            return False
+        self._file.close()
+        return True
