@@ -32,7 +32,7 @@ class DecoderLayer(nn.Module):
         self.norm1, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.cross = cross
-        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.ffn = FeedForward(d_model, d_ff)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, self_mask: Tensor, prepared, memory_mask: Tensor, query_mask: Tensor):

@@ -32,7 +32,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.ffn = FeedForward(d_model, d_ff)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
