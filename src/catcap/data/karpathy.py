@@ -20,13 +20,14 @@ The format::
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from catcap.data.text import caption_tokens
+from catcap.metrics.errors import MetricInputError
+from catcap.metrics.files import read_json
 
 __all__ = ["ImageRecord", "KarpathyFormatError", "load_karpathy", "parse_karpathy", "split_counts"]
 
@@ -101,21 +102,11 @@ def _describe(grouped: dict[str, list[ImageRecord]]) -> str:
 
 
 def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise KarpathyFormatError(f"Karpathy split file not found: {path} (expected e.g. dataset_coco.json; check the path)")
-    data = path.read_bytes()
+    """The shared UTF-8 JSON reader of catcap.metrics, with the data layer's error class."""
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise KarpathyFormatError(
-            f"{path} is not UTF-8 text (byte {err.start} is 0x{data[err.start]:02x}); expected UTF-8 JSON; "
-            f"re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise KarpathyFormatError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}; "
-                                  f"expected a Karpathy split file") from None
+        return read_json(path, "Karpathy split")
+    except MetricInputError as err:
+        raise KarpathyFormatError(f"{err} (expected a Karpathy split file such as dataset_coco.json)") from None
 
 
 def _images(data: Any, source: str) -> list:
