@@ -22,6 +22,7 @@ from catcap.decoding import beam_search, build_processors, greedy
 from catcap.models.builders import build_captioner
 from catcap.models.config import ModelConfig
 from catcap.training.losses import cross_entropy
+from catcap.training.setup import make_optimizer
 
 V, B, N, F, T = 10000, 50, 50, 2048, 16
 
@@ -48,7 +49,7 @@ def main() -> None:
     captions = torch.randint(4, V, (B, T + 2))
     captions[:, 0], captions[:, -1] = 1, 2
     no_eos = build_processors(model.eos_id, suppress_eos=True)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    opt = make_optimizer(model.parameters(), torch.device("cpu"), lr=1e-4)  # as the trainer (fused)
 
     def train_step():
         model.train()

@@ -46,19 +46,25 @@ class DecodeOutput:
 
 
 def forbid(log_probs: Tensor, rows: Tensor, token: int) -> Tensor:
-    """Set ``log_probs[r, token] = -inf`` for the rows where ``rows`` (R,) is True."""
-    column = torch.arange(log_probs.shape[1], device=log_probs.device) == token
-    return log_probs.masked_fill(rows[:, None] & column[None, :], NEG_INF)
+    """Set ``log_probs[r, token] = -inf`` for the rows where ``rows`` (R,) is True.
+
+    Returns a new tensor; only the ``token`` column is rewritten (one (R, V) copy, no (R, V) mask).
+    """
+    out = log_probs.clone()
+    out[:, token] = out[:, token].masked_fill(rows, NEG_INF)
+    return out
 
 
 def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | float) -> Tensor:
     """Allow only ``token`` in the rows where ``rows`` (R,) is True, with log-prob ``value``
-    (a float or (R,)), whatever the processors said about it."""
-    column = (torch.arange(log_probs.shape[1], device=log_probs.device) == token)[None, :]
-    value = torch.as_tensor(value, dtype=log_probs.dtype, device=log_probs.device)
-    value = value[:, None] if value.dim() == 1 else value
-    forced = torch.where(column, value, torch.full_like(log_probs, NEG_INF))
-    return torch.where(rows[:, None], forced, log_probs)
+    (a float or (R,)), whatever the processors said about it. Returns ``log_probs`` itself when
+    no row is forced, else a new tensor."""
+    if not bool(rows.any()):
+        return log_probs
+    value = torch.as_tensor(value, dtype=log_probs.dtype, device=log_probs.device).expand(rows.shape)
+    out = log_probs.masked_fill(rows[:, None], NEG_INF)
+    out[:, token] = torch.where(rows, value, log_probs[:, token])
+    return out
 
 
 class MinLength:

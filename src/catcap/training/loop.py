@@ -27,7 +27,7 @@ from catcap.training.checkpoint import load_checkpoint, save_checkpoint
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.losses import cross_entropy
 from catcap.training.schedule import learning_rate, set_learning_rate
-from catcap.training.setup import make_model, pick_device, prepare_data, seed_everything
+from catcap.training.setup import make_model, make_optimizer, pick_device, prepare_data, seed_everything
 from catcap.training.validate import validate
 
 
@@ -82,7 +82,7 @@ class Trainer:
         self.data = prepare_data(cfg, vocab)
         seed_everything(cfg.train.seed)
         self.model = make_model(cfg, self.data.vocab).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = make_optimizer(self.model.parameters(), self.device)
         self.pos = Position()
         if resumed:
             self._restore(resumed)
