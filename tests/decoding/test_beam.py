@@ -136,10 +136,10 @@ def test_max_len_closes_open_beams_with_eos():
 V, F, DIM = 30, 12, 16
 
 
-def make_model(seed: int = 0, eos_bias: float = 0.0) -> Captioner:
+def make_model(seed: int = 0, eos_bias: float = 0.0, cross: str = "vanilla", **options) -> Captioner:
     torch.manual_seed(seed)
     enc = TransformerEncoder(F, DIM, 2, 2, 32, 0.1)
-    dec = TransformerDecoder(V, DIM, 2, 2, 32, 0.1, lambda: CROSS_ATTENTION.get("vanilla")(DIM, 2, 0.1))
+    dec = TransformerDecoder(V, DIM, 2, 2, 32, 0.1, lambda: CROSS_ATTENTION.get(cross)(DIM, 2, 0.1, **options))
     model = Captioner(enc, dec, bos_id=BOS, eos_id=EOS, pad_id=PAD).eval()
     with torch.no_grad():
         dec.output.bias[EOS] += eos_bias  # captions of varied lengths from an untrained model
@@ -185,6 +185,26 @@ def test_cached_beam_search_equals_reference(seed, alpha, eos_bias, rules):
     torch.testing.assert_close(out.token_log_probs, ref.token_log_probs, rtol=0, atol=1e-5)
     ranked = out.scores.view(3, 4)
     assert bool((ranked[:, :-1] >= ranked[:, 1:]).all()), "hypotheses are ranked best first"
+
+
+HISTORY_VARIANTS = [("caca", {}), ("caca", {"strategy": "ihc", "shared": False}), ("caca", {"strategy": "ohc"}),
+                    ("light_caca", {}), ("light_caca", {"strategy": "ohc"})]
+
+
+@pytest.mark.parametrize("cross, options", HISTORY_VARIANTS)
+@pytest.mark.parametrize("seed, eos_bias, rules", [(0, 0.6, {}), (1, 0.8, {"no_repeat_ngram": 3, "min_len": 2})])
+def test_beam_search_with_history_memory_equals_reference(cross, options, seed, eos_bias, rules):
+    """CACA's history memory rides in the decoder state and is reordered with the beams."""
+    model, (features, mask) = make_model(seed, eos_bias, cross, **options), regions(seed + 10)
+    kwargs = dict(beam_size=4, max_len=9, length_penalty=1.0, processors=build_processors(EOS, **rules), num_return=4)
+    out = beam_search(model, features, mask, **kwargs)
+    ref = reference_beam_search(model, features, mask, **kwargs)
+    assert out.tokens.tolist() == ref.tokens.tolist()
+    torch.testing.assert_close(out.scores, ref.scores, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.token_log_probs, ref.token_log_probs, rtol=0, atol=1e-5)
+    g = greedy(model, features, mask, max_len=9, processors=kwargs["processors"])
+    b = beam_search(model, features, mask, beam_size=1, max_len=9, processors=kwargs["processors"])
+    assert torch.equal(b.tokens, g.tokens)
 
 
 def test_output_rows_are_ranked_and_end_with_eos():

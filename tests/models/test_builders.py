@@ -33,7 +33,7 @@ def test_paper_preset_sizes():
 def test_tiny_preset_and_errors():
     tiny = load_config(Wrapper, CONFIGS / "tiny.yaml", ["model.feature_dim=12"]).model
     assert count(build_captioner(tiny, vocab_size=50)) < 1e6
-    with pytest.raises(UnknownName, match="unknown cross_attention 'nope'; choose one of: vanilla"):
+    with pytest.raises(UnknownName, match="unknown cross_attention 'nope'; choose one of: caca, light_caca, vanilla"):
         build_captioner(ModelConfig(cross_attention="nope"), 50)
     with pytest.raises(ConfigError, match="divisible"):
         load_config(Wrapper, None, ["model.num_heads=7"])

@@ -1,4 +1,5 @@
-"""The decoder contract (DESIGN.md): teacher-forced == cached steps; padded == unpadded."""
+"""The decoder contract (DESIGN.md): teacher-forced == cached steps; padded == unpadded;
+caches move with hypotheses — for every cross-attention variant and history strategy."""
 
 import pytest
 import torch
@@ -12,10 +13,19 @@ from catcap.registry import CROSS_ATTENTION
 V, F, D = 30, 12, 16
 
 
-def make_model(cross: str = "vanilla", seed: int = 0) -> Captioner:
+VARIANTS = [
+    ("vanilla", {}),
+    ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}), ("caca", {"shared": False}),
+    ("caca", {"strategy": "ihc", "shared": False}),
+    ("light_caca", {}), ("light_caca", {"strategy": "ihc"}), ("light_caca", {"strategy": "ohc"}),
+]
+IDS = [name + "".join(f"-{v}" for v in opts.values()) for name, opts in VARIANTS]
+
+
+def make_model(cross: str = "vanilla", options: dict | None = None, seed: int = 0) -> Captioner:
     torch.manual_seed(seed)
     enc = TransformerEncoder(F, D, 2, 2, 32, 0.1)
-    dec = TransformerDecoder(V, D, 2, 2, 32, 0.1, lambda: CROSS_ATTENTION.get(cross)(D, 2, 0.1))
+    dec = TransformerDecoder(V, D, 2, 2, 32, 0.1, lambda: CROSS_ATTENTION.get(cross)(D, 2, 0.1, **(options or {})))
     return Captioner(enc, dec, bos_id=1, eos_id=2, pad_id=0).eval()
 
 
@@ -27,9 +37,10 @@ def batch():
     return features, feature_mask, captions, captions != 0
 
 
+@pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
 @pytest.mark.parametrize("group", [1, 3])
-def test_teacher_forced_equals_cached_steps(group):
-    model = make_model()
+def test_teacher_forced_equals_cached_steps(group, variant):
+    model = make_model(*variant)
     features, fmask, captions, cmask = batch()
     with torch.no_grad():
         full, _ = model(features, fmask, captions, cmask)
@@ -46,8 +57,9 @@ def test_teacher_forced_equals_cached_steps(group):
             torch.testing.assert_close(cached[b, g, :real], full[b, :real], rtol=1e-4, atol=1e-5)
 
 
-def test_padding_changes_nothing():
-    model = make_model()
+@pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
+def test_padding_changes_nothing(variant):
+    model = make_model(*variant)
     features, fmask, captions, cmask = batch()
     with torch.no_grad():
         full, _ = model(features, fmask, captions, cmask)
@@ -62,8 +74,9 @@ def test_padding_changes_nothing():
         torch.testing.assert_close(model(noisy, fmask, captions, cmask)[0], full, rtol=1e-4, atol=1e-5)
 
 
-def test_reorder_moves_caches_with_hypotheses():
-    model = make_model()
+@pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
+def test_reorder_moves_caches_with_hypotheses(variant):
+    model = make_model(*variant)
     features, fmask, captions, _ = batch()
     with torch.no_grad():
         memory, mask = model.encode(features, fmask)

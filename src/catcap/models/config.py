@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class HistoryConfig:
+    """``model.history``: options of the context-assisted cross attention (SPEC.md §3).
+
+    strategy: which history the final pass sees — ``chc`` [regions; entries 1..t] (CACA),
+    ``ihc`` [regions; entries 1..t-1], ``ohc`` entries 1..t only (Table 5);
+    shared: CACA's two passes share LayerNorm and attention weights (``false``: the final pass
+    gets its own, Table 6). Only ``caca`` reads ``shared``; ``vanilla`` reads neither.
+    """
+
+    strategy: Literal["chc", "ihc", "ohc"] = "chc"
+    shared: bool = True
 
 
 @dataclass
 class ModelConfig:
     """Sizes and part names of a captioner. Defaults are the paper's Transformer (SPEC.md §2).
 
-    encoder / decoder / cross_attention name registered parts (``catcap.registry``);
+    encoder / decoder / cross_attention name registered parts (``catcap.registry``):
+    cross_attention ``vanilla`` (Transformer), ``caca`` (CAT), ``light_caca`` (LightCAT);
+    history holds the CACA options;
     feature_dim is the width F of the region features; max_len bounds caption positions.
     """
 
@@ -24,6 +41,7 @@ class ModelConfig:
     d_ff: int = 2048
     dropout: float = 0.1
     max_len: int = 64
+    history: HistoryConfig = field(default_factory=HistoryConfig)
 
     def __post_init__(self):
         if self.d_model % self.num_heads:

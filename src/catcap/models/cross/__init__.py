@@ -11,6 +11,8 @@ parameters) with the same interface:
   -> (c, cache, extras)``: one decoding step for B*G hypotheses, G per image.
 
 ``extras`` is a dict (e.g. CACA's history weights for the AWC loss); vanilla returns {}.
+Variants: ``vanilla`` (TCA), ``caca`` (CACA; options ``strategy`` chc|ihc|ohc and ``shared``),
+``light_caca`` (LightCACA; option ``strategy``) — see ``context_assisted.py``.
 """
 
-from catcap.models.cross import vanilla  # noqa: F401  (registers "vanilla")
+from catcap.models.cross import context_assisted, vanilla  # noqa: F401  (register "caca", "light_caca", "vanilla")

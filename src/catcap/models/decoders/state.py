@@ -20,15 +20,16 @@ def select_rows(tree: Any, index: Tensor) -> Any:
     """Apply ``index_select(0, index)`` to every tensor / KeyValue in a nested structure."""
     if tree is None:
         return None
-    if isinstance(tree, KeyValue):
-        return tree.index_select(index)
     if isinstance(tree, Tensor):
         return tree.index_select(0, index)
+    if isinstance(tree, KeyValue) or hasattr(tree, "index_select"):  # KeyValue, HistoricalContextMemory, ...
+        return tree.index_select(index)
     if isinstance(tree, dict):
         return {k: select_rows(v, index) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
         return type(tree)(select_rows(v, index) for v in tree)
-    raise TypeError(f"cannot reorder a {type(tree).__name__} in a decoder cache; use tensors, KeyValue, lists or dicts")
+    raise TypeError(f"cannot reorder a {type(tree).__name__} in a decoder cache; use tensors, lists, dicts "
+                    "or objects with an index_select(index) method")
 
 
 @dataclass

@@ -1,0 +1,163 @@
+"""Context-assisted cross attention: CACA and LightCACA (Lian et al. 2023; SPEC.md §3).
+
+CACA, at step t of a decoder layer, with query q_t and regions X:
+
+    q_ln    = LayerNorm(q_t)
+    c_tmp_t = q_t + MHA(q_ln, X, X)                       first pass (= vanilla cross attention)
+    HCM_t   = [c_tmp_1; ..; c_tmp_t]                      historical context memory
+    c_t     = q_t + MHA(q_ln, [X; HCM_t], [X; HCM_t])     final pass
+
+Strategies (Table 5): ``chc`` as above (CACA), ``ihc`` history up to t-1 plus regions, ``ohc``
+history alone. ``shared=False`` gives the final pass its own LayerNorm and MHA (Table 6).
+LightCACA: one pass, the memory holds the queries, ``c_t = q_t + MHA(LN(q_t), [X; q_1..q_t])``.
+
+Training is parallel over positions (one first pass, one final pass with a block mask);
+decoding appends one history entry per step to a :class:`HistoricalContextMemory` kept in the
+decoder state. Region keys/values are projected once per image; with shared weights the
+query projection and the region keys/values serve both passes. Every call returns extras:
+``history_weight`` a_t (B, H, T) (the AWC loss's input), ``region_attention`` (B, H, T, N) and
+``history_attention`` (B, H, T, M) of the final pass (None where a block is absent).
+Legend: B images, G hypotheses per image, R = B * G, T positions, N regions, D width, H heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from catcap.models.attention import KeyValue, MultiHeadAttention, attend
+from catcap.models.cross.history import HistoricalContextMemory, HistoryAttention, _group_rows, _ungroup_rows, attend_with_history
+from catcap.registry import CROSS_ATTENTION
+
+STRATEGIES = ("chc", "ihc", "ohc")
+
+
+@dataclass
+class PreparedRegions:
+    """Region keys/values, each (B, H, N, d_k): ``first`` for the first pass, ``final`` for the
+    final pass (the same object when weights are shared; None for OHC, which ignores regions)."""
+
+    first: KeyValue | None
+    final: KeyValue | None
+
+
+def history_mask(query_mask: Tensor, strategy: str) -> Tensor:
+    """(B, T) True = real position -> (B, 1, T, T): query t may attend history entry s when
+    s <= t (``ihc``: s < t) and s is a real position. A padded query sees its own entry, so
+    that no row is empty (its output is never used)."""
+    t = query_mask.shape[1]
+    steps = torch.ones(t, t, dtype=torch.bool, device=query_mask.device)
+    allowed = steps.tril(-1 if strategy == "ihc" else 0)[None] & query_mask[:, None, :]
+    allowed = allowed | (torch.eye(t, dtype=torch.bool, device=query_mask.device)[None] & ~query_mask[:, :, None])
+    return allowed[:, None]
+
+
+def _extras(out: HistoryAttention) -> dict:
+    return {"history_weight": out.history_weight, "region_attention": out.region_weights,
+            "history_attention": out.history_weights}
+
+
+class _WithHistory(nn.Module):
+    """Shared parts of CACA and LightCACA: the (first) LayerNorm + MHA, dropout, strategy."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc"):
+        super().__init__()
+        if strategy not in STRATEGIES:
+            raise ValueError(f"history strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        self.strategy = strategy
+        self.norm = nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    @property
+    def _p(self) -> float:
+        return self.attn.dropout if self.training else 0.0
+
+    def init_cache(self, rows: int) -> HistoricalContextMemory:
+        return HistoricalContextMemory()
+
+    def _final(self, q: Tensor, qh: Tensor, regions: KeyValue | None, memory_mask: Tensor,
+               history: KeyValue | None, mask: Tensor | None, attn: MultiHeadAttention, group: int):
+        """c = q + MHA over [regions; history] -> (c, extras)."""
+        out = attend_with_history(qh, None if self.strategy == "ohc" else regions, memory_mask,
+                                  history, mask, group, self._p)
+        return q + self.dropout(attn.merge(out.heads)), _extras(out)
+
+    def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> KeyValue | None:
+        """The entries the current step attends to: up to t-1 for ``ihc``, up to t otherwise."""
+        return before.kv if self.strategy == "ihc" else after.kv
+
+
+@CROSS_ATTENTION.register("caca")
+class ContextAssistedCrossAttention(_WithHistory):
+    """CACA: first pass over regions, final pass over [regions; c_tmp_1..t] (see module doc)."""
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc", shared: bool = True):
+        super().__init__(d_model, num_heads, dropout, strategy)
+        self.shared = shared
+        if not shared:
+            self.final_norm = nn.LayerNorm(d_model)
+            self.final_attn = MultiHeadAttention(d_model, num_heads, dropout)
+
+    def _final_parts(self) -> tuple[nn.LayerNorm, MultiHeadAttention]:
+        return (self.norm, self.attn) if self.shared else (self.final_norm, self.final_attn)
+
+    def prepare(self, memory: Tensor) -> PreparedRegions:
+        """(B, N, D) -> region keys/values for both passes, once per image."""
+        first = self.attn.project_kv(memory)
+        if self.strategy == "ohc":
+            return PreparedRegions(first, None)
+        return PreparedRegions(first, first if self.shared else self.final_attn.project_kv(memory))
+
+    def _final_query(self, q: Tensor, qh: Tensor) -> Tensor:
+        return qh if self.shared else self.final_attn.project_q(self.final_norm(q))
+
+    def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None):
+        """q (B, T, D), memory_mask (B, N), query_mask (B, T) True = real -> c (B, T, D), extras."""
+        if query_mask is None:
+            query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
+        qh = self.attn.project_q(self.norm(q))
+        first, _ = attend(qh, prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
+        c_tmp = q + self.dropout(self.attn.merge(first))
+        _, final_attn = self._final_parts()
+        history = final_attn.project_kv(c_tmp)
+        return self._final(q, self._final_query(q, qh), prepared.final, memory_mask, history,
+                           history_mask(query_mask, self.strategy), final_attn, 1)
+
+    def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
+        """q (R, 1, D) -> c (R, 1, D), the memory with c_tmp_t appended, extras (T = 1)."""
+        b = memory_mask.shape[0]
+        qh = self.attn.project_q(self.norm(q))  # (R, H, 1, d_k)
+        first, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
+        c_tmp = q + self.dropout(self.attn.merge(_ungroup_rows(first, group)))
+        _, final_attn = self._final_parts()
+        after = cache.appended(final_attn.project_kv(c_tmp))
+        c, extras = self._final(q, self._final_query(q, qh), prepared.final, memory_mask,
+                                self._visible(cache, after), None, final_attn, group)
+        return c, after, extras
+
+
+@CROSS_ATTENTION.register("light_caca")
+class LightContextAssistedCrossAttention(_WithHistory):
+    """LightCACA: one pass over [regions; q_1..q_t] (see module doc)."""
+
+    def prepare(self, memory: Tensor) -> PreparedRegions:
+        """(B, N, D) -> region keys/values, once per image (None for OHC)."""
+        return PreparedRegions(None, None if self.strategy == "ohc" else self.attn.project_kv(memory))
+
+    def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None):
+        """q (B, T, D), memory_mask (B, N), query_mask (B, T) True = real -> c (B, T, D), extras."""
+        if query_mask is None:
+            query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
+        qh = self.attn.project_q(self.norm(q))
+        return self._final(q, qh, prepared.final, memory_mask, self.attn.project_kv(q),
+                           history_mask(query_mask, self.strategy), self.attn, 1)
+
+    def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
+        """q (R, 1, D) -> c (R, 1, D), the memory with q_t appended, extras (T = 1)."""
+        qh = self.attn.project_q(self.norm(q))
+        after = cache.appended(self.attn.project_kv(q))
+        c, extras = self._final(q, qh, prepared.final, memory_mask, self._visible(cache, after), None, self.attn, group)
+        return c, after, extras

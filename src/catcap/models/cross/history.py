@@ -1,0 +1,103 @@
+"""Attention over image regions and a historical context memory in one softmax (SPEC.md §3).
+
+CACA's final pass attends to ``K' = [X; HCM]``: the regions ``X`` (B images, shared by the G
+hypotheses of an image) and the history entries (one memory per hypothesis). Concatenating
+them would copy the regions once per hypothesis; instead the scores of the two blocks are
+computed separately, joined for one softmax, and split again:
+
+    s = [q K_X^T, q K_HCM^T] / sqrt(d_k),  alpha = softmax(s),
+    out = alpha_X V_X + alpha_HCM V_HCM,    a = sum_i alpha_HCM,i  (the history weight)
+
+Legend: B images, G hypotheses per image, R = B * G rows, H heads, T queries per row,
+N regions, M history entries, d_k = D / H. Masks are bool, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from catcap.models.attention import KeyValue
+
+
+@dataclass
+class HistoricalContextMemory:
+    """The HCM of one CACA layer during decoding: projected keys/values of the history
+    entries of every hypothesis, each (R, H, t, d_k); ``None`` before the first step."""
+
+    kv: KeyValue | None = None
+
+    def appended(self, entry: KeyValue) -> "HistoricalContextMemory":
+        """The memory with one more entry per row (``entry`` is (R, H, 1, d_k))."""
+        return HistoricalContextMemory(entry if self.kv is None else self.kv.cat(entry))
+
+    def index_select(self, index: Tensor) -> "HistoricalContextMemory":
+        """Rows ``index`` (beam reordering)."""
+        return self if self.kv is None else HistoricalContextMemory(self.kv.index_select(index))
+
+    @property
+    def length(self) -> int:
+        return 0 if self.kv is None else self.kv.length
+
+
+@dataclass
+class HistoryAttention:
+    """Result of :func:`attend_with_history`: heads (R, H, T, d_k), the final-pass weights on
+    regions (R, H, T, N) (``None`` without regions) and on history (R, H, T, M) (``None``
+    without history), and the history weight ``a`` (R, H, T)."""
+
+    heads: Tensor
+    region_weights: Tensor | None
+    history_weights: Tensor | None
+    history_weight: Tensor
+
+
+def _group_rows(x: Tensor, b: int, g: int) -> Tensor:
+    """(R, H, T, k) -> (B, H, G*T, k): an image's hypotheses side by side as queries."""
+    _, h, t, k = x.shape
+    return x.view(b, g, h, t, k).transpose(1, 2).reshape(b, h, g * t, k)
+
+
+def _ungroup_rows(x: Tensor, g: int) -> Tensor:
+    """(B, H, G*T, k) -> (R, H, T, k), the inverse of :func:`_group_rows`."""
+    b, h, gt, k = x.shape
+    return x.view(b, h, g, gt // g, k).transpose(1, 2).reshape(b * g, h, gt // g, k)
+
+
+def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor | None,
+                        history: KeyValue | None, history_mask: Tensor | None, group: int = 1,
+                        dropout: float = 0.0) -> HistoryAttention:
+    """One softmax over regions and history.
+
+    q (R, H, T, d_k); regions (B, H, N, d_k) with region_mask (B, N), or None (OHC);
+    history (R, H, M, d_k) with history_mask broadcastable to (R, 1, T, M) or None (all
+    allowed), or history None (no entries yet). Every query must be allowed at least one key.
+    """
+    rows, _, t, d_k = q.shape
+    scale = 1.0 / math.sqrt(d_k)
+    blocks = []
+    if regions is not None:
+        b = regions.k.shape[0]
+        s = _ungroup_rows(_group_rows(q, b, group) @ regions.k.transpose(-2, -1), group)  # (R, H, T, N)
+        blocks.append(s.mul_(scale).masked_fill_(~region_mask.repeat_interleave(group, 0)[:, None, None, :], float("-inf")))
+    if history is not None:
+        s = (q @ history.k.transpose(-2, -1)).mul_(scale)  # (R, H, T, M)
+        blocks.append(s if history_mask is None else s.masked_fill_(~history_mask, float("-inf")))
+    if not blocks:
+        raise ValueError("attention needs regions or history entries; OHC at the first step needs its own entry")
+    weights = torch.cat(blocks, dim=-1).softmax(dim=-1)
+    dropped = F.dropout(weights, dropout) if dropout > 0 else weights
+    n = regions.k.shape[2] if regions is not None else 0
+    parts = []
+    if regions is not None:
+        parts.append(_ungroup_rows(_group_rows(dropped[..., :n], b, group) @ regions.v, group))
+    if history is not None:
+        parts.append(dropped[..., n:] @ history.v)
+    heads = parts[0] if len(parts) == 1 else parts[0] + parts[1]
+    history_weights = weights[..., n:] if history is not None else None
+    total = history_weights.sum(-1) if history is not None else q.new_zeros(rows, q.shape[1], t)
+    return HistoryAttention(heads, weights[..., :n] if regions is not None else None, history_weights, total)

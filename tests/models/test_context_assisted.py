@@ -1,0 +1,133 @@
+"""CACA / LightCACA against SPEC.md §3 written out step by step, masks by hand, parameters."""
+
+import math
+
+import pytest
+import torch
+
+from catcap.models.builders import build_captioner
+from catcap.models.config import HistoryConfig, ModelConfig
+from catcap.models.cross.context_assisted import (ContextAssistedCrossAttention, LightContextAssistedCrossAttention,
+                                                  history_mask)
+
+D, H, N, T = 8, 2, 3, 4
+
+
+def mha(attn, query, keys, allowed=None):
+    """MHA(Q, K, V) of SPEC.md §2 with the module's weights, by hand: query (T, D), keys (M, D)."""
+    q, k, v = attn.q_proj(query), attn.k_proj(keys), attn.v_proj(keys)
+    d_k = D // H
+    heads, weights = [], []
+    for h in range(H):
+        part = slice(h * d_k, (h + 1) * d_k)
+        scores = q[:, part] @ k[:, part].T / math.sqrt(d_k)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        w = scores.softmax(-1)
+        heads.append(w @ v[:, part])
+        weights.append(w)
+    return attn.out_proj(torch.cat(heads, -1)), torch.stack(weights)
+
+
+def spec_caca(module, q, x, strategy, light=False):
+    """Step-by-step CACA / LightCACA for one caption: q (T, D), x (N, D) -> c (T, D), a (H, T)."""
+    norm2 = module.norm if light or module.shared else module.final_norm
+    attn2 = module.attn if light or module.shared else module.final_attn
+    memory, outputs, history_weight = [], [], []
+    for t in range(q.shape[0]):
+        q_ln = module.norm(q[t:t + 1])
+        entry = q[t:t + 1] if light else q[t:t + 1] + mha(module.attn, q_ln, x)[0]
+        before = list(memory)
+        memory.append(entry)
+        visible = before if strategy == "ihc" else memory
+        regions = [] if strategy == "ohc" else [x]
+        keys = torch.cat(regions + visible, 0)
+        out, w = mha(attn2, norm2(q[t:t + 1]), keys)
+        outputs.append(q[t:t + 1] + out)
+        n = 0 if strategy == "ohc" else x.shape[0]
+        history_weight.append(w[:, 0, n:].sum(-1))
+    return torch.cat(outputs), torch.stack(history_weight, 1)
+
+
+@pytest.mark.parametrize("light, strategy, shared", [
+    (False, "chc", True), (False, "ihc", True), (False, "ohc", True), (False, "chc", False), (False, "ohc", False),
+    (True, "chc", True), (True, "ihc", True), (True, "ohc", True),
+])
+def test_parallel_module_equals_the_specification(light, strategy, shared):
+    torch.manual_seed(0)
+    module = (LightContextAssistedCrossAttention(D, H, 0.0, strategy) if light
+              else ContextAssistedCrossAttention(D, H, 0.0, strategy, shared)).eval()
+    q, x = torch.randn(2, T, D), torch.randn(2, N, D)
+    memory_mask = torch.tensor([[True, True, True], [True, True, False]])
+    query_mask = torch.tensor([[True] * T, [True, True, False, False]])
+    with torch.no_grad():
+        c, extras = module(q, module.prepare(x), memory_mask, query_mask)
+        for b in range(2):
+            n, t = int(memory_mask[b].sum()), int(query_mask[b].sum())
+            want_c, want_a = spec_caca(module, q[b, :t], x[b, :n], strategy, light)
+            torch.testing.assert_close(c[b, :t], want_c, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(extras["history_weight"][b, :, :t], want_a, rtol=1e-5, atol=1e-6)
+
+
+def test_history_masks_written_out_by_hand():
+    real = torch.tensor([[True, True, True, False]])  # a 3-word caption padded to 4
+    chc = [[1, 0, 0, 0],
+           [1, 1, 0, 0],
+           [1, 1, 1, 0],    # no real query sees the padded entry 4
+           [1, 1, 1, 1]]    # the padded query also sees itself, so no row is empty (output unused)
+    ihc = [[0, 0, 0, 0],   # the first word sees regions only
+           [1, 0, 0, 0],
+           [1, 1, 0, 0],
+           [1, 1, 1, 1]]
+    assert history_mask(real, "chc")[0, 0].int().tolist() == chc
+    assert history_mask(real, "ohc")[0, 0].int().tolist() == chc  # ohc: the same entries, no regions
+    assert history_mask(real, "ihc")[0, 0].int().tolist() == ihc
+
+
+@pytest.mark.parametrize("cls, strategy, regions_seen", [
+    (ContextAssistedCrossAttention, "chc", True), (ContextAssistedCrossAttention, "ihc", True),
+    (ContextAssistedCrossAttention, "ohc", False), (LightContextAssistedCrossAttention, "chc", True),
+])
+def test_final_pass_weights_follow_the_masks(cls, strategy, regions_seen):
+    torch.manual_seed(1)
+    module = cls(D, H, 0.0, strategy).eval()
+    q, x = torch.randn(1, T, D), torch.randn(1, N, D)
+    memory_mask, query_mask = torch.tensor([[True, True, False]]), torch.tensor([[True, True, True, False]])
+    with torch.no_grad():
+        _, extras = module(q, module.prepare(x), memory_mask, query_mask)
+    hist = extras["history_attention"][0, :, :3]  # (H, real queries, entries)
+    allowed = history_mask(query_mask, strategy)[0, 0, :3]
+    assert bool((hist[:, ~allowed] == 0).all()) and bool((hist[:, allowed] > 0).all())
+    if regions_seen:
+        regions = extras["region_attention"][0, :, :3]
+        assert bool((regions[..., 2] == 0).all()) and bool((regions[..., :2] > 0).all())  # padded region unseen
+        torch.testing.assert_close(regions.sum(-1) + hist.sum(-1), torch.ones(H, 3))
+    else:
+        assert extras["region_attention"] is None
+        torch.testing.assert_close(extras["history_weight"][0, :, :3], torch.ones(H, 3))
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_shared_adds_no_parameters_and_not_shared_adds_one_layernorm_and_attention_per_layer():
+    base = ModelConfig(d_model=32, num_heads=4, d_ff=64, feature_dim=16, decoder_layers=3)
+    vanilla = count(build_captioner(base, 50))
+    for cross in ("caca", "light_caca"):
+        assert count(build_captioner(ModelConfig(**{**base.__dict__, "cross_attention": cross}), 50)) == vanilla
+    for strategy in ("chc", "ihc", "ohc"):
+        cfg = ModelConfig(**{**base.__dict__, "cross_attention": "caca", "history": HistoryConfig(strategy, shared=False)})
+        layer_norm, attention = 2 * 32, 4 * (32 * 32 + 32)
+        assert count(build_captioner(cfg, 50)) == vanilla + 3 * (layer_norm + attention)
+
+
+def test_options_a_variant_ignores_are_rejected():
+    from catcap.config import ConfigError
+
+    with pytest.raises(ConfigError, match="model.history.shared=False has no effect on cross_attention 'light_caca'"):
+        build_captioner(ModelConfig(cross_attention="light_caca", history=HistoryConfig(shared=False)), 50)
+    with pytest.raises(ConfigError, match="model.history.strategy='ohc' has no effect on cross_attention 'vanilla'"):
+        build_captioner(ModelConfig(history=HistoryConfig(strategy="ohc")), 50)
+    with pytest.raises(ValueError, match="history strategy must be one of chc, ihc, ohc, got 'all'"):
+        ContextAssistedCrossAttention(D, H, 0.0, "all")
