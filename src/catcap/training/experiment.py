@@ -7,7 +7,11 @@ from typing import Literal
 
 from catcap.data.config import DataConfig
 from catcap.models.config import ModelConfig
+from catcap.training.awc import AWCConfig
 from catcap.training.schedule import ScheduleConfig
+
+
+HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions that report history weights
 
 
 @dataclass
@@ -15,7 +19,8 @@ class TrainConfig:
     """``train:`` section. Paper settings (SPEC.md §4): Adam, noam with 10,000 warm-up steps,
     batch 50. ``save_every`` (steps) adds mid-epoch checkpoints for resuming long epochs;
     ``max_steps`` stops early (tests, quick looks); validation decodes greedily up to
-    ``val_max_len`` words and picks the best checkpoint by CIDEr-D."""
+    ``val_max_len`` words and picks the best checkpoint by CIDEr-D; ``awc`` adds the adaptive
+    weight constraint of CAT/LightCAT to the XE loss (``catcap.training.awc``)."""
 
     epochs: int = 30
     batch_size: int = 50
@@ -31,6 +36,7 @@ class TrainConfig:
     val_max_len: int = 20
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
+    awc: AWCConfig = field(default_factory=AWCConfig)
 
 
 @dataclass
@@ -42,3 +48,11 @@ class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self):
+        if self.train.awc.enabled and self.model.cross_attention not in HISTORY_VARIANTS:
+            from catcap.config import ConfigError
+
+            raise ConfigError(f"train.awc.enabled=true needs a cross attention with a history memory "
+                              f"({' or '.join(HISTORY_VARIANTS)}), found model.cross_attention={self.model.cross_attention!r}; "
+                              "set model.cross_attention=caca or train.awc.enabled=false")

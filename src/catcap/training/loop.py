@@ -23,6 +23,7 @@ from tqdm import tqdm
 from catcap.config import to_dict
 from catcap.data.collate import collate_captions
 from catcap.data.vocab import Vocab
+from catcap.training.awc import history_stats, make_awc
 from catcap.training.checkpoint import load_checkpoint, save_checkpoint
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.losses import cross_entropy
@@ -82,16 +83,25 @@ class Trainer:
         self.data = prepare_data(cfg, vocab)
         seed_everything(cfg.train.seed)
         self.model = make_model(cfg, self.data.vocab).to(self.device)
-        self.optimizer = make_optimizer(self.model.parameters(), self.device)
+        self.awc = make_awc(cfg)
+        if self.awc is not None:
+            self.awc.to(self.device)
+        self.optimizer = make_optimizer(self._parameters(), self.device)
         self.pos = Position()
         if resumed:
             self._restore(resumed)
         elif resume:
             log(f"[catcap] nothing to resume in {self.out}; starting a new run")
 
+    def _parameters(self) -> list:
+        """What the optimizer updates: the model and, with adaptive AWC, the betas."""
+        return list(self.model.parameters()) + (list(self.awc.parameters()) if self.awc is not None else [])
+
     def _restore(self, ckpt: dict) -> None:
         self.model.load_state_dict(ckpt["weights"])
         t = ckpt["trainer"]
+        if self.awc is not None:
+            self.awc.load_state_dict(t["awc"])
         self.optimizer.load_state_dict(t["optimizer"])
         self.pos = Position(**t["position"])
         restore_rng(t["rng"])
@@ -99,6 +109,8 @@ class Trainer:
 
     def save(self, name: str) -> None:
         trainer = {"optimizer": self.optimizer.state_dict(), "position": asdict(self.pos), "rng": rng_state()}
+        if self.awc is not None:
+            trainer["awc"] = self.awc.state_dict()
         save_checkpoint(self.out / name, model=self.model, config=to_dict(self.cfg),
                         vocab=self.data.vocab.to_dict(), trainer=trainer)
 
@@ -107,20 +119,28 @@ class Trainer:
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
-    def train_step(self, batch) -> float:
-        """One optimizer step on a caption batch; returns the loss."""
+    def train_step(self, batch) -> dict:
+        """One optimizer step on a caption batch; returns the loss and its parts (floats)."""
         t = self.cfg.train
         self.model.train()
-        logits, _ = self.model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
-        loss = cross_entropy(logits, batch.captions[:, 1:], batch.caption_mask[:, 1:], t.label_smoothing)
+        logits, extras = self.model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
+        xe = cross_entropy(logits, batch.captions[:, 1:], batch.caption_mask[:, 1:], t.label_smoothing)
+        record = {"xe": xe, **history_stats(extras, batch.caption_mask[:, :-1])}
+        loss = xe
+        if self.awc is not None:
+            record["awc"] = self.awc(extras, batch.caption_mask[:, :-1])
+            loss = xe + record["awc"]
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if t.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+            torch.nn.utils.clip_grad_norm_(self._parameters(), t.grad_clip)
         set_learning_rate(self.optimizer, learning_rate(t.schedule, self.pos.step + 1, self.pos.epoch, self.cfg.model.d_model))
         self.optimizer.step()
         self.pos.step += 1
-        return float(loss.detach())
+        record["loss"] = loss
+        if self.awc is not None:
+            record["beta"] = self.awc.beta.detach().cpu().tolist()
+        return {k: (float(v.detach()) if torch.is_tensor(v) else v) for k, v in record.items()}
 
     def _loader(self, batches: list[list[int]]) -> DataLoader:
         return DataLoader(self.data.train, batch_sampler=batches, collate_fn=collate_captions,
@@ -148,12 +168,12 @@ class Trainer:
                    unit="batch", disable=not t.progress)
         start = time.perf_counter()
         for batch in self._loader(todo):
-            loss = self.train_step(batch.to(self.device))
+            parts = self.train_step(batch.to(self.device))
             self.pos.batch += 1
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.2e}")
+            bar.set_postfix(loss=f"{parts['loss']:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.2e}")
             if self.pos.step % t.log_every == 0:
-                self._log_json({"kind": "train", "step": self.pos.step, "epoch": self.pos.epoch, "loss": loss,
+                self._log_json({"kind": "train", "step": self.pos.step, "epoch": self.pos.epoch, **parts,
                                 "lr": self.optimizer.param_groups[0]["lr"],
                                 "batches_per_s": self.pos.batch / max(time.perf_counter() - start, 1e-9)})
             if t.save_every and self.pos.step % t.save_every == 0:
