@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from catcap.training.checkpoint import load_checkpoint
@@ -25,12 +26,16 @@ def last_logged_step(log):
     return max(steps, default=0)
 
 
-def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp_path):
-    full = run_train(tiny_overrides(tiny_world, tmp_path / "full"))
+VARIANTS = {"transformer": {}, "cat-awc": {"model.cross_attention": "caca", "train.awc.enabled": "true"}}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp_path, variant):
+    full = run_train(tiny_overrides(tiny_world, tmp_path / "full", **VARIANTS[variant]))
     assert full.wait(timeout=300) == 0, full.stdout.read()
 
     out = tmp_path / "killed"
-    args = tiny_overrides(tiny_world, out, **{"train.save_every": 1})
+    args = tiny_overrides(tiny_world, out, **{"train.save_every": 1, **VARIANTS[variant]})
     kill_at = random.Random().randint(3, 16)  # 20 steps in all (2 epochs x 10 batches)
     proc = run_train(args)
     deadline = time.time() + 300
@@ -50,3 +55,6 @@ def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp
     assert a["trainer"]["position"] == b["trainer"]["position"]
     for name, tensor in a["weights"].items():
         assert torch.equal(tensor, b["weights"][name]), f"{name} differs after resume (killed at step {killed_at})"
+    if variant == "cat-awc":  # the learnable AWC betas are resumed too
+        assert torch.equal(a["trainer"]["awc"]["beta"], b["trainer"]["awc"]["beta"])
+        assert not torch.equal(a["trainer"]["awc"]["beta"], torch.full_like(a["trainer"]["awc"]["beta"], 0.5))
