@@ -3,7 +3,9 @@
 1. make the built-in shapes world (unless it exists), 2. train the tiny Transformer of
 ``configs/experiments/demo.yaml``, 3. caption the test split with beam search and score it
 next to a "most frequent training caption" baseline, 4. print captions of a few test images
-next to their references.
+next to their references. ``--compare transformer,cat,lightcat`` trains each preset's
+variant (cross attention + AWC, at the demo's tiny size and settings) on the same world with
+the same seed and prints one table.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 import collections
 import time
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from torch.utils.data import DataLoader
 
 from catcap.captioner import Captioner
-from catcap.config import load_config
+from catcap.config import load_config, read_yaml
 from catcap.data.collate import collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.features import open_feature_store
@@ -51,44 +54,99 @@ def caption_split(captioner: Captioner, dataset: ImageDataset, beam: int) -> tup
     return ids, cands, refs
 
 
-def run_demo(out_dir: str | Path = "runs/demo", *, num_train: int = 3000, overrides=(), beam: int = 3, log=print) -> dict:
-    """Run the whole demo; returns {"model": scores, "baseline": scores, "seconds": ...}."""
+MODELS_DIR = DEMO_CONFIG.parents[1] / "models"
+VARIANT_KEYS = {"model": ("cross_attention", "history"), "train": ("awc",)}
+
+
+def variant_overrides(name: str) -> list[str]:
+    """The overrides that turn the demo's tiny Transformer into preset ``name``
+    (``configs/models/<name>.yaml``): its cross attention, history options and AWC settings,
+    not its sizes."""
+    path = MODELS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        choices = sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
+        raise ValueError(f"unknown model preset {name!r} for --compare; choose from: {', '.join(choices)}")
+    data, out = read_yaml(path), []
+    for section, keys in VARIANT_KEYS.items():
+        for key in keys:
+            if key in data.get(section, {}):
+                out += _flatten(f"{section}.{key}", data[section][key])
+    return out
+
+
+def _flatten(prefix: str, value) -> list[str]:
+    if isinstance(value, dict):
+        return [item for k, v in value.items() for item in _flatten(f"{prefix}.{k}", v)]
+    return [f"{prefix}={str(value).lower() if isinstance(value, bool) else value}"]
+
+
+def train_and_score(cfg: ExperimentConfig, beam: int, log) -> tuple:
+    """Train one model, caption the test split; -> (evaluation, ids, candidates)."""
+    Trainer(cfg, log=log).fit()
+    captioner = Captioner.from_pretrained(Path(cfg.out_dir) / "best")
+    test = load_karpathy(cfg.data.dataset, [cfg.data.test_split])[cfg.data.test_split]
+    dataset = ImageDataset(test, open_feature_store(cfg.data.features), captioner.vocab)
+    ids, cands, refs = caption_split(captioner, dataset, beam)
+    return evaluate_tokenized(ids, cands, refs, METRICS), ids, cands, refs
+
+
+METRICS = ("bleu", "meteor", "rouge", "cider")
+
+
+def run_demo(out_dir: str | Path = "runs/demo", *, num_train: int = 3000, overrides=(), beam: int = 3,
+             compare: Sequence[str] = (), log=print) -> dict:
+    """Run the whole demo; returns {"model": scores, "baseline": scores, "seconds": ...}, and
+    with ``compare`` (preset names, e.g. transformer, cat, lightcat) {"models": {name: scores}, ...}."""
     out_dir, start = Path(out_dir), time.perf_counter()
+    names = list(compare) or [None]
+    plans = {name: demo_config(out_dir, [*(variant_overrides(name) if name else []),
+                                         *([f"out_dir={out_dir / 'models' / name}"] if name else []), *overrides])
+             for name in names}  # every config is checked before any work starts
     world = out_dir / "world"
     if not (world / "dataset_shapes.json").exists():
         log(f"[catcap] 1/4 making the shapes world in {world}")
         make_world(world, num_train=num_train, num_val=250, num_test=250, seed=0)
-    cfg = demo_config(out_dir, overrides)
-    log(f"[catcap] 2/4 training the tiny Transformer ({cfg.train.epochs} epochs) -> {cfg.out_dir}")
-    Trainer(cfg, log=log).fit()
-    log("[catcap] 3/4 captioning the test split (beam %d)" % beam)
-    captioner = Captioner.from_pretrained(Path(cfg.out_dir) / "best")
-    test = load_karpathy(cfg.data.dataset, [cfg.data.test_split])[cfg.data.test_split]
+    results = {}
+    for i, (name, cfg) in enumerate(plans.items()):
+        label = f"the tiny {name or 'Transformer'}"
+        log(f"[catcap] 2/4 training {label} ({cfg.train.epochs} epochs) -> {cfg.out_dir}"
+            + (f" [{i + 1}/{len(plans)}]" if compare else ""))
+        results[name] = train_and_score(cfg, beam, log)
+        log(f"[catcap] 3/4 captioned the test split with {label} (beam {beam})")
+    cfg = next(iter(plans.values()))
     train = load_karpathy(cfg.data.dataset, [cfg.data.train_split])[cfg.data.train_split]
-    dataset = ImageDataset(test, open_feature_store(cfg.data.features), captioner.vocab)
-    ids, cands, refs = caption_split(captioner, dataset, beam)
-    metrics = ("bleu", "meteor", "rouge", "cider")
-    ours = evaluate_tokenized(ids, cands, refs, metrics)
+    test = load_karpathy(cfg.data.dataset, [cfg.data.test_split])[cfg.data.test_split]
+    _, ids, _, refs = next(iter(results.values()))
     frequent = most_frequent_caption(train)
-    base = evaluate_tokenized(ids, [frequent] * len(ids), refs, metrics)
+    base = evaluate_tokenized(ids, [frequent] * len(ids), refs, METRICS)
     log(f"[catcap] 4/4 results on {len(ids)} test images")
-    print_results(ours, base, frequent, ids, cands, test)
+    columns = {("tiny Transformer" if name is None else f"tiny {name}"): r[0] for name, r in results.items()}
+    captions = {("catcap" if name is None else name): r[2] for name, r in results.items()}
+    print_results(columns, base, frequent, ids, captions, test)
     seconds = time.perf_counter() - start
-    print(f"\ndemo finished in {seconds / 60:.1f} min; model in {Path(cfg.out_dir) / 'best'}")
-    return {"model": ours.corpus, "baseline": base.corpus, "seconds": seconds}
+    print(f"\ndemo finished in {seconds / 60:.1f} min; models in " + ", ".join(str(Path(c.out_dir) / "best") for c in plans.values()))
+    if compare:
+        return {"models": {n: r[0].corpus for n, r in results.items()}, "baseline": base.corpus, "seconds": seconds}
+    return {"model": results[None][0].corpus, "baseline": base.corpus, "seconds": seconds}
 
 
-def print_results(ours, base, frequent, ids, cands, records, shown: int = 4) -> None:
-    print(f"\n{'metric':<10} {'tiny Transformer':>17} {'most frequent caption':>22}")
-    for name, value in ours.corpus.items():
-        print(f"{name:<10} {value:>17.3f} {base.corpus.get(name, float('nan')):>22.3f}")
-    for key, reason in ours.unavailable.items():
+def print_results(columns: dict, base, frequent, ids, captions: dict, records, shown: int = 4) -> None:
+    """One metrics table (a column per model, then the baseline) and a few images' captions."""
+    widths = [max(len(c), 8) for c in columns]
+    print("\n" + f"{'metric':<10} " + " ".join(f"{c:>{w}}" for c, w in zip(columns, widths)) + f" {'most frequent caption':>22}")
+    first = next(iter(columns.values()))
+    for name in first.corpus:
+        cells = " ".join(f"{ev.corpus[name]:>{w}.3f}" for ev, w in zip(columns.values(), widths))
+        print(f"{name:<10} {cells} {base.corpus.get(name, float('nan')):>22.3f}")
+    for key, reason in first.unavailable.items():
         print(f"{key:<10} unavailable: {reason[:80]}")
     print(f"(baseline caption: \"{' '.join(frequent)}\")")
     by_id = {r.image_id: r for r in records}
-    for image_id, cand in list(zip(ids, cands))[:shown]:
+    width = max(len(n) for n in captions) + 1
+    for row, image_id in enumerate(ids[:shown]):
         rec = by_id[image_id]
         print(f"\nimage {rec.filename}")
-        print(f"  catcap:     {' '.join(cand)}")
+        for name, cands in captions.items():
+            print(f"  {name + ':':<{width}}   {' '.join(cands[row])}")
         for ref in rec.raw[:3]:
-            print(f"  reference:  {ref}")
+            print(f"  {'reference:':<{width}}   {ref}")

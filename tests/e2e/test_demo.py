@@ -18,3 +18,29 @@ def test_demo_small_world_beats_the_most_frequent_caption(tmp_path):
     assert model > 3 * baseline and model > 0.3, out
     assert "catcap:" in out and "reference:" in out
     assert (tmp_path / "demo" / "model" / "best" / "model.safetensors").exists()
+
+
+def test_demo_compare_prints_one_table_for_three_models(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path / "demo"), "--train-images", "200",
+         "--beam", "2", "--compare", "transformer,cat,lightcat", "train.epochs=1", "train.progress=false",
+         "train.schedule.warmup=50", "train.eval_batch_size=100"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    header = re.search(r"^metric\s+tiny transformer\s+tiny cat\s+tiny lightcat\s+most frequent caption$", out, re.M)
+    assert header, out
+    assert re.search(r"^CIDEr(\s+[\d.]+){4}$", out, re.M), out
+    assert "  cat:" in out and "  lightcat:" in out and "  transformer:" in out
+    for name in ("transformer", "cat", "lightcat"):
+        assert (tmp_path / "demo" / "models" / name / "best" / "model.safetensors").exists()
+    cat_config = (tmp_path / "demo" / "models" / "cat" / "best" / "config.json").read_text()
+    assert '"cross_attention": "caca"' in cat_config and '"enabled": true' in cat_config
+
+
+def test_demo_compare_rejects_an_unknown_preset(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path), "--compare", "transformer,catt"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown model preset 'catt' for --compare; choose from: cat, lightcat, tiny, transformer" in proc.stderr
+    assert not (tmp_path / "world").exists(), "presets are checked before any work starts"

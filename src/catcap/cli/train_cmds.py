@@ -34,9 +34,14 @@ captions the test split with beam search, prints a metrics table next to a
 "most frequent caption" baseline and a few images' captions next to their references.
 Everything goes to --out (default runs/demo); an existing world there is reused.
 
+With --compare, trains several model presets (configs/models/NAME.yaml: their cross attention
+and AWC settings, at the demo's tiny size) on the same world and seed and prints one table,
+e.g. the Transformer, CAT (CACA + AWC) and LightCAT (LightCACA + AWC).
+
 example:
   catcap demo
   catcap demo --out /tmp/demo train.epochs=2
+  catcap demo --compare transformer,cat,lightcat
 """
 
 
@@ -63,6 +68,8 @@ def register(sub) -> None:
     demo.add_argument("--out", default="runs/demo", metavar="DIR", help="where the world and the model go")
     demo.add_argument("--beam", type=int, default=3, help="beam size for the test captions (default 3)")
     demo.add_argument("--train-images", type=int, default=3000, help="training images of the world (default 3000)")
+    demo.add_argument("--compare", metavar="A,B,..", default="",
+                      help="model presets to train and compare, e.g. transformer,cat,lightcat")
     demo.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of configs/experiments/demo.yaml")
     demo.set_defaults(func=cmd_demo)
     syn = sub.add_parser("synth", help="make the built-in shapes world", description=SYNTH_HELP,
@@ -114,7 +121,8 @@ def cmd_train(args) -> int:
 def cmd_demo(args) -> int:
     from catcap import api
 
-    api.demo(args.out, num_train=args.train_images, overrides=args.overrides, beam=args.beam)
+    compare = [name.strip() for name in args.compare.split(",") if name.strip()]
+    api.demo(args.out, num_train=args.train_images, overrides=args.overrides, beam=args.beam, compare=compare)
     return 0
 
 
