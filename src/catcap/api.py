@@ -119,6 +119,13 @@ def demo(out_dir: str | Path = "runs/demo", **kwargs) -> dict:
     return run_demo(out_dir, **kwargs)
 
 
+def ablate(table: str, overrides: Sequence[str] = (), **kwargs) -> list[dict]:
+    """Rerun ablation table ``table`` of the paper (see ``catcap ablate --help``)."""
+    from catcap.ablation import run_ablation
+
+    return run_ablation(table, overrides, **kwargs)
+
+
 def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50) -> list[dict]:
     """COCO-format results for ``records``: [{"image_id", "caption"}]."""
     import torch

@@ -55,7 +55,37 @@ example:
 """
 
 
+ABLATE_HELP = """\
+Rerun one of the paper's ablation tables (SPEC.md §6) with one command: every row's config
+(configs/ablations/tableN_*.yaml) is checked, trained (an interrupted run resumes, a finished
+row is not retrained), evaluated on --split with beam search, and the table is printed next to
+the paper's CIDEr-D and written to OUT/table.md and OUT/table.json.
+
+  table 5  context strategies without AWC: TCA, +OHC, +IHC, +CHC
+  table 6  shared vs not-shared CACA weights; 4 decoder layers with TCA and CACA
+  table 7  AWC: none, fixed beta 0.1/0.3/0.5/0.7/0.9, adaptive
+
+The configs train the paper-size model on COCO (configs/experiments/coco_transformer.yaml:
+data/coco/dataset_coco.json + data/coco/features.h5); overrides apply to every row.
+
+example:
+  catcap ablate --table 5
+  catcap ablate --table 7 data.dataset=/data/coco/dataset_coco.json data.features=/data/coco/bu.h5
+  catcap ablate --table 5 --out /tmp/t5 data.dataset=runs/demo/world/dataset_shapes.json \\
+      data.features=runs/demo/world/features.h5 model.d_model=128 model.num_heads=4 \\
+      model.d_ff=256 train.epochs=8 train.schedule.warmup=600 data.min_count=1   # a quick look
+"""
+
+
 def register(sub) -> None:
+    abl = sub.add_parser("ablate", help="rerun an ablation table of the paper (5, 6 or 7)", description=ABLATE_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    abl.add_argument("--table", required=True, help="table number: 5, 6 or 7")
+    abl.add_argument("--out", metavar="DIR", help="where the rows' runs and the table go (default runs/ablations/tableN)")
+    abl.add_argument("--split", default="test", help="split to evaluate (default test)")
+    abl.add_argument("--beam", type=int, default=5, help="beam size (default 5, as in the paper)")
+    abl.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every row")
+    abl.set_defaults(func=cmd_ablate)
     cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     cap.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint written by catcap train")
@@ -115,6 +145,13 @@ def cmd_train(args) -> int:
 
     pos = api.train(args.config, args.overrides, resume=args.resume)
     print(f"done: {pos.step} steps, best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})")
+    return 0
+
+
+def cmd_ablate(args) -> int:
+    from catcap import api
+
+    api.ablate(args.table, args.overrides, out_root=args.out, split=args.split, beam=args.beam)
     return 0
 
 
