@@ -46,7 +46,6 @@ def plan(table: str, overrides: Sequence[str] = (), out_root: str | Path | None 
 def run_ablation(table: str, overrides: Sequence[str] = (), *, out_root: str | Path | None = None, split: str = "test",
                  beam: int = 5, log=print) -> list[dict]:
     """Train and evaluate every row of table ``table``; returns the rows (label, metrics, paper)."""
-    from catcap.api import evaluate_checkpoint
     from catcap.training.loop import Trainer
 
     root = Path(out_root or f"runs/ablations/table{table}")

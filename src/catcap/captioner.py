@@ -12,7 +12,6 @@ Argument names follow Hugging Face ``generate`` where they exist.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
