@@ -29,14 +29,16 @@ def mha(attn, query, keys, allowed=None):
     return attn.out_proj(torch.cat(heads, -1)), torch.stack(weights)
 
 
-def spec_caca(module, q, x, strategy, light=False):
-    """Step-by-step CACA / LightCACA for one caption: q (T, D), x (N, D) -> c (T, D), a (H, T)."""
+def spec_caca(module, q, x, strategy, light=False, normalize=True):
+    """Step-by-step CACA / LightCACA for one caption: q (T, D), x (N, D) -> c (T, D), a (H, T).
+    With ``normalize`` the history entries go through the final pass's LayerNorm."""
     norm2 = module.norm if light or module.shared else module.final_norm
     attn2 = module.attn if light or module.shared else module.final_attn
     memory, outputs, history_weight = [], [], []
     for t in range(q.shape[0]):
         q_ln = module.norm(q[t:t + 1])
         entry = q[t:t + 1] if light else q[t:t + 1] + mha(module.attn, q_ln, x)[0]
+        entry = norm2(entry) if normalize else entry
         before = list(memory)
         memory.append(entry)
         visible = before if strategy == "ihc" else memory
@@ -49,14 +51,19 @@ def spec_caca(module, q, x, strategy, light=False):
     return torch.cat(outputs), torch.stack(history_weight, 1)
 
 
+@pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("light, strategy, shared", [
     (False, "chc", True), (False, "ihc", True), (False, "ohc", True), (False, "chc", False), (False, "ohc", False),
     (True, "chc", True), (True, "ihc", True), (True, "ohc", True),
 ])
-def test_parallel_module_equals_the_specification(light, strategy, shared):
+def test_parallel_module_equals_the_specification(light, strategy, shared, normalize):
     torch.manual_seed(0)
-    module = (LightContextAssistedCrossAttention(D, H, 0.0, strategy) if light
-              else ContextAssistedCrossAttention(D, H, 0.0, strategy, shared)).eval()
+    module = (LightContextAssistedCrossAttention(D, H, 0.0, strategy, normalize) if light
+              else ContextAssistedCrossAttention(D, H, 0.0, strategy, shared, normalize)).eval()
+    with torch.no_grad():  # LayerNorms that are not the identity, so that a wrong one is caught
+        for norm in [m for m in module.modules() if isinstance(m, torch.nn.LayerNorm)]:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
     q, x = torch.randn(2, T, D), torch.randn(2, N, D)
     memory_mask = torch.tensor([[True, True, True], [True, True, False]])
     query_mask = torch.tensor([[True] * T, [True, True, False, False]])
@@ -64,7 +71,7 @@ def test_parallel_module_equals_the_specification(light, strategy, shared):
         c, extras = module(q, module.prepare(x), memory_mask, query_mask)
         for b in range(2):
             n, t = int(memory_mask[b].sum()), int(query_mask[b].sum())
-            want_c, want_a = spec_caca(module, q[b, :t], x[b, :n], strategy, light)
+            want_c, want_a = spec_caca(module, q[b, :t], x[b, :n], strategy, light, normalize)
             torch.testing.assert_close(c[b, :t], want_c, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(extras["history_weight"][b, :, :t], want_a, rtol=1e-5, atol=1e-6)
 

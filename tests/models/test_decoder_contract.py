@@ -18,6 +18,7 @@ VARIANTS = [
     ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}), ("caca", {"shared": False}),
     ("caca", {"strategy": "ihc", "shared": False}),
     ("light_caca", {}), ("light_caca", {"strategy": "ihc"}), ("light_caca", {"strategy": "ohc"}),
+    ("caca", {"normalize": False}), ("light_caca", {"normalize": False}),
 ]
 IDS = [name + "".join(f"-{v}" for v in opts.values()) for name, opts in VARIANTS]
 

@@ -13,11 +13,14 @@ class HistoryConfig:
     strategy: which history the final pass sees — ``chc`` [regions; entries 1..t] (CACA),
     ``ihc`` [regions; entries 1..t-1], ``ohc`` entries 1..t only (Table 5);
     shared: CACA's two passes share LayerNorm and attention weights (``false``: the final pass
-    gets its own, Table 6). Only ``caca`` reads ``shared``; ``vanilla`` reads neither.
+    gets its own, Table 6); normalize: history entries go through the reading pass's LayerNorm
+    before projection (see ``catcap.models.cross.context_assisted``; ``false`` = the literal
+    formula). ``caca`` reads all three, ``light_caca`` strategy and normalize, ``vanilla`` none.
     """
 
     strategy: Literal["chc", "ihc", "ohc"] = "chc"
     shared: bool = True
+    normalize: bool = True
 
 
 @dataclass

@@ -11,6 +11,14 @@ Strategies (Table 5): ``chc`` as above (CACA), ``ihc`` history up to t-1 plus re
 history alone. ``shared=False`` gives the final pass its own LayerNorm and MHA (Table 6).
 LightCACA: one pass, the memory holds the queries, ``c_t = q_t + MHA(LN(q_t), [X; q_1..q_t])``.
 
+History entries are normalised by the LayerNorm of the pass that reads them (``normalize``,
+default on; no new parameters): in this pre-norm decoder ``c_tmp`` and ``q`` are raw residual
+stream vectors whose scale grows with depth, while the regions are the encoder's LayerNorm-ed
+output and every other attention input is normalised; unnormalised entries got ~10x larger
+keys than the regions and a one-hot softmax on the history (docs/architecture.md). In the
+paper's post-LN Transformer ``c_tmp`` is a LayerNorm output, so the normalised form is the
+faithful one here; ``normalize=False`` gives the literal formula above.
+
 Training is parallel over positions (one first pass, one final pass with a block mask);
 decoding appends one history entry per step to a :class:`HistoricalContextMemory` kept in the
 decoder state. Region keys/values are projected once per image; with shared weights the
@@ -28,7 +36,8 @@ import torch
 from torch import Tensor, nn
 
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend
-from catcap.models.cross.history import HistoricalContextMemory, HistoryAttention, _group_rows, _ungroup_rows, attend_with_history
+from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, Keys, _group_rows, _ungroup_rows,
+                                         attend_with_history)
 from catcap.registry import CROSS_ATTENTION
 
 STRATEGIES = ("chc", "ihc", "ohc")
@@ -36,11 +45,12 @@ STRATEGIES = ("chc", "ihc", "ohc")
 
 @dataclass
 class PreparedRegions:
-    """Region keys/values, each (B, H, N, d_k): ``first`` for the first pass, ``final`` for the
-    final pass (the same object when weights are shared; None for OHC, which ignores regions)."""
+    """Region keys/values, once per image: ``first`` (B, H, N, d_k) for the first pass (SDPA),
+    ``final`` for the final pass in the matmul-ready :class:`Keys` layout (from the same
+    projection when weights are shared; None for OHC, which ignores regions)."""
 
     first: KeyValue | None
-    final: KeyValue | None
+    final: Keys | None
 
 
 def history_mask(query_mask: Tensor, strategy: str) -> Tensor:
@@ -62,11 +72,11 @@ def _extras(out: HistoryAttention) -> dict:
 class _WithHistory(nn.Module):
     """Shared parts of CACA and LightCACA: the (first) LayerNorm + MHA, dropout, strategy."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc"):
+    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc", normalize: bool = True):
         super().__init__()
         if strategy not in STRATEGIES:
             raise ValueError(f"history strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        self.strategy = strategy
+        self.strategy, self.normalize = strategy, normalize
         self.norm = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.dropout = nn.Dropout(dropout)
@@ -78,24 +88,25 @@ class _WithHistory(nn.Module):
     def init_cache(self, rows: int) -> HistoricalContextMemory:
         return HistoricalContextMemory()
 
-    def _final(self, q: Tensor, qh: Tensor, regions: KeyValue | None, memory_mask: Tensor,
-               history: KeyValue | None, mask: Tensor | None, attn: MultiHeadAttention, group: int):
+    def _final(self, q: Tensor, qh: Tensor, regions: Keys | None, memory_mask: Tensor,
+               history: Keys | None, mask: Tensor | None, attn: MultiHeadAttention, group: int):
         """c = q + MHA over [regions; history] -> (c, extras)."""
         out = attend_with_history(qh, None if self.strategy == "ohc" else regions, memory_mask,
                                   history, mask, group, self._p)
         return q + self.dropout(attn.merge(out.heads)), _extras(out)
 
-    def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> KeyValue | None:
+    def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> Keys | None:
         """The entries the current step attends to: up to t-1 for ``ihc``, up to t otherwise."""
-        return before.kv if self.strategy == "ihc" else after.kv
+        return before.keys if self.strategy == "ihc" else after.keys
 
 
 @CROSS_ATTENTION.register("caca")
 class ContextAssistedCrossAttention(_WithHistory):
     """CACA: first pass over regions, final pass over [regions; c_tmp_1..t] (see module doc)."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc", shared: bool = True):
-        super().__init__(d_model, num_heads, dropout, strategy)
+    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc", shared: bool = True,
+                 normalize: bool = True):
+        super().__init__(d_model, num_heads, dropout, strategy, normalize)
         self.shared = shared
         if not shared:
             self.final_norm = nn.LayerNorm(d_model)
@@ -109,7 +120,7 @@ class ContextAssistedCrossAttention(_WithHistory):
         first = self.attn.project_kv(memory)
         if self.strategy == "ohc":
             return PreparedRegions(first, None)
-        return PreparedRegions(first, first if self.shared else self.final_attn.project_kv(memory))
+        return PreparedRegions(first, Keys.from_kv(first if self.shared else self.final_attn.project_kv(memory)))
 
     def _final_query(self, q: Tensor, qh: Tensor) -> Tensor:
         return qh if self.shared else self.final_attn.project_q(self.final_norm(q))
@@ -121,8 +132,8 @@ class ContextAssistedCrossAttention(_WithHistory):
         qh = self.attn.project_q(self.norm(q))
         first, _ = attend(qh, prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
         c_tmp = q + self.dropout(self.attn.merge(first))
-        _, final_attn = self._final_parts()
-        history = final_attn.project_kv(c_tmp)
+        final_norm, final_attn = self._final_parts()
+        history = Keys.from_kv(final_attn.project_kv(final_norm(c_tmp) if self.normalize else c_tmp))
         return self._final(q, self._final_query(q, qh), prepared.final, memory_mask, history,
                            history_mask(query_mask, self.strategy), final_attn, 1)
 
@@ -132,8 +143,8 @@ class ContextAssistedCrossAttention(_WithHistory):
         qh = self.attn.project_q(self.norm(q))  # (R, H, 1, d_k)
         first, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
         c_tmp = q + self.dropout(self.attn.merge(_ungroup_rows(first, group)))
-        _, final_attn = self._final_parts()
-        after = cache.appended(final_attn.project_kv(c_tmp))
+        final_norm, final_attn = self._final_parts()
+        after = cache.appended(final_attn.project_kv(final_norm(c_tmp) if self.normalize else c_tmp))
         c, extras = self._final(q, self._final_query(q, qh), prepared.final, memory_mask,
                                 self._visible(cache, after), None, final_attn, group)
         return c, after, extras
@@ -145,19 +156,21 @@ class LightContextAssistedCrossAttention(_WithHistory):
 
     def prepare(self, memory: Tensor) -> PreparedRegions:
         """(B, N, D) -> region keys/values, once per image (None for OHC)."""
-        return PreparedRegions(None, None if self.strategy == "ohc" else self.attn.project_kv(memory))
+        return PreparedRegions(None, None if self.strategy == "ohc" else Keys.from_kv(self.attn.project_kv(memory)))
 
     def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None):
         """q (B, T, D), memory_mask (B, N), query_mask (B, T) True = real -> c (B, T, D), extras."""
         if query_mask is None:
             query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
-        qh = self.attn.project_q(self.norm(q))
-        return self._final(q, qh, prepared.final, memory_mask, self.attn.project_kv(q),
+        q_ln = self.norm(q)
+        qh = self.attn.project_q(q_ln)
+        return self._final(q, qh, prepared.final, memory_mask, Keys.from_kv(self.attn.project_kv(q_ln if self.normalize else q)),
                            history_mask(query_mask, self.strategy), self.attn, 1)
 
     def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
         """q (R, 1, D) -> c (R, 1, D), the memory with q_t appended, extras (T = 1)."""
-        qh = self.attn.project_q(self.norm(q))
-        after = cache.appended(self.attn.project_kv(q))
+        q_ln = self.norm(q)
+        qh = self.attn.project_q(q_ln)
+        after = cache.appended(self.attn.project_kv(q_ln if self.normalize else q))
         c, extras = self._final(q, qh, prepared.final, memory_mask, self._visible(cache, after), None, self.attn, group)
         return c, after, extras

@@ -25,23 +25,50 @@ from catcap.models.attention import KeyValue
 
 
 @dataclass
-class HistoricalContextMemory:
-    """The HCM of one CACA layer during decoding: projected keys/values of the history
-    entries of every hypothesis, each (R, H, t, d_k); ``None`` before the first step."""
+class Keys:
+    """Projected keys and values laid out for ``q @ kt`` and ``weights @ v`` without copies:
+    kt (rows, H, d_k, M) transposed keys, v (rows, H, M, d_k) values, both contiguous.
+    (Multiplying by ``k.transpose(-2, -1)`` of a head-split view would copy the keys on
+    every decoding step.)"""
 
-    kv: KeyValue | None = None
+    kt: Tensor
+    v: Tensor
 
-    def appended(self, entry: KeyValue) -> "HistoricalContextMemory":
-        """The memory with one more entry per row (``entry`` is (R, H, 1, d_k))."""
-        return HistoricalContextMemory(entry if self.kv is None else self.kv.cat(entry))
+    @classmethod
+    def from_kv(cls, kv: KeyValue) -> "Keys":
+        return cls(kv.k.transpose(-2, -1).contiguous(), kv.v.contiguous())
 
-    def index_select(self, index: Tensor) -> "HistoricalContextMemory":
-        """Rows ``index`` (beam reordering)."""
-        return self if self.kv is None else HistoricalContextMemory(self.kv.index_select(index))
+    def cat(self, other: "Keys") -> "Keys":
+        """Append ``other``'s entries (a growing history)."""
+        return Keys(torch.cat([self.kt, other.kt], dim=-1), torch.cat([self.v, other.v], dim=-2))
+
+    def index_select(self, index: Tensor) -> "Keys":
+        return Keys(self.kt.index_select(0, index), self.v.index_select(0, index))
 
     @property
     def length(self) -> int:
-        return 0 if self.kv is None else self.kv.length
+        return self.kt.shape[-1]
+
+
+@dataclass
+class HistoricalContextMemory:
+    """The HCM of one CACA layer during decoding: the projected keys/values of the history
+    entries of every hypothesis (R rows, t entries); ``None`` before the first step."""
+
+    keys: Keys | None = None
+
+    def appended(self, entry: KeyValue) -> "HistoricalContextMemory":
+        """The memory with one more entry per row (``entry`` is (R, H, 1, d_k))."""
+        new = Keys.from_kv(entry)
+        return HistoricalContextMemory(new if self.keys is None else self.keys.cat(new))
+
+    def index_select(self, index: Tensor) -> "HistoricalContextMemory":
+        """Rows ``index`` (beam reordering)."""
+        return self if self.keys is None else HistoricalContextMemory(self.keys.index_select(index))
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.length
 
 
 @dataclass
@@ -68,30 +95,30 @@ def _ungroup_rows(x: Tensor, g: int) -> Tensor:
     return x.view(b, h, g, gt // g, k).transpose(1, 2).reshape(b * g, h, gt // g, k)
 
 
-def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor | None,
-                        history: KeyValue | None, history_mask: Tensor | None, group: int = 1,
+def attend_with_history(q: Tensor, regions: Keys | None, region_mask: Tensor | None,
+                        history: Keys | None, history_mask: Tensor | None, group: int = 1,
                         dropout: float = 0.0) -> HistoryAttention:
     """One softmax over regions and history.
 
-    q (R, H, T, d_k); regions (B, H, N, d_k) with region_mask (B, N), or None (OHC);
-    history (R, H, M, d_k) with history_mask broadcastable to (R, 1, T, M) or None (all
-    allowed), or history None (no entries yet). Every query must be allowed at least one key.
+    q (R, H, T, d_k); regions: keys of B images (N each) with region_mask (B, N), or None
+    (OHC); history: keys of R rows (M each) with history_mask broadcastable to (R, 1, T, M) or
+    None (all allowed), or history None (no entries yet). Every query must be allowed a key.
     """
     rows, _, t, d_k = q.shape
     scale = 1.0 / math.sqrt(d_k)
     blocks = []
     if regions is not None:
-        b = regions.k.shape[0]
-        s = _ungroup_rows(_group_rows(q, b, group) @ regions.k.transpose(-2, -1), group)  # (R, H, T, N)
-        blocks.append(s.mul_(scale).masked_fill_(~region_mask.repeat_interleave(group, 0)[:, None, None, :], float("-inf")))
+        b = regions.kt.shape[0]
+        s = (_group_rows(q, b, group) @ regions.kt).mul_(scale)  # (B, H, G*T, N)
+        blocks.append(_ungroup_rows(s.masked_fill_(~region_mask[:, None, None, :], float("-inf")), group))
     if history is not None:
-        s = (q @ history.k.transpose(-2, -1)).mul_(scale)  # (R, H, T, M)
+        s = (q @ history.kt).mul_(scale)  # (R, H, T, M)
         blocks.append(s if history_mask is None else s.masked_fill_(~history_mask, float("-inf")))
     if not blocks:
         raise ValueError("attention needs regions or history entries; OHC at the first step needs its own entry")
     weights = torch.cat(blocks, dim=-1).softmax(dim=-1)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
-    n = regions.k.shape[2] if regions is not None else 0
+    n = regions.kt.shape[-1] if regions is not None else 0
     parts = []
     if regions is not None:
         parts.append(_ungroup_rows(_group_rows(dropped[..., :n], b, group) @ regions.v, group))

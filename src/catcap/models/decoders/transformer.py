@@ -6,8 +6,10 @@ Layer n (pre-norm residual blocks; SPEC.md §2-3):
     c = CrossAttention(h, X)              c = h + Attn(LN(h), X) — vanilla, CACA, ...
     y = c + FFN(LN(c))
 
-then a final LayerNorm and ``p_t = softmax(W_p y_t + b_p)``. Word embeddings are scaled by
-sqrt(D) and get sinusoidal positions. Legend: B images, G hypotheses per image, T tokens.
+then a final LayerNorm and ``p_t = softmax(W_p y_t + b_p)``. Word embeddings are initialised
+N(0, 1/D) and scaled by sqrt(D) (Vaswani et al.; entries of unit variance, the scale of the
+sinusoidal positions added to them — PyTorch's default N(0, 1) init would make every
+embedding sqrt(D) times larger than its position signal). Legend: B images, G hypotheses per image, T tokens.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ class TransformerDecoder(nn.Module):
         super().__init__()
         self.d_model = d_model
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.embed.weight, std=d_model ** -0.5)  # x sqrt(D) below: unit-variance entries
+        with torch.no_grad():
+            self.embed.weight[pad_id].zero_()
         self.positions = SinusoidalPositions(d_model, max_len)
         self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, make_cross()) for _ in range(num_layers))
         self.norm = nn.LayerNorm(d_model)
