@@ -126,6 +126,13 @@ def ablate(table: str, overrides: Sequence[str] = (), **kwargs) -> list[dict]:
     return run_ablation(table, overrides, **kwargs)
 
 
+def analyze_history(checkpoints, out_dir, **kwargs):
+    """Plots and numbers of how CAT models use their history memory (``catcap analyze history``)."""
+    from catcap.viz.report import analyze_history as run
+
+    return run(checkpoints, out_dir, **kwargs)
+
+
 def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50) -> list[dict]:
     """COCO-format results for ``records``: [{"image_id", "caption"}]."""
     import torch

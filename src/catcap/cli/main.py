@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from catcap import __version__
-from catcap.cli import metrics_cmds, train_cmds
+from catcap.cli import analyze_cmds, metrics_cmds, train_cmds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     train_cmds.register(sub)
     metrics_cmds.register(sub)
+    analyze_cmds.register(sub)
     return parser
 
 

@@ -1,0 +1,225 @@
+"""catcap analyze history: per-position history weights, one image's attention, the plots and the CLI."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("matplotlib", reason="the plots need matplotlib (pip install 'catcap[viz]')")
+
+from catcap import Captioner, api  # noqa: E402
+from catcap.cli.main import main  # noqa: E402
+from catcap.config import to_dict  # noqa: E402
+from catcap.data.features import open_feature_store  # noqa: E402
+from catcap.data.karpathy import load_karpathy  # noqa: E402
+from catcap.data.synthetic import make_world  # noqa: E402
+from catcap.training.checkpoint import save_checkpoint  # noqa: E402
+from catcap.training.setup import make_model  # noqa: E402
+from catcap.viz.history import ImageAttention, collect_history_weights, image_attention  # noqa: E402
+from catcap.viz.history_plots import plot_history_weight, plot_image_attention  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+MAX_LEN = 12
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_world(tmp_path_factory.mktemp("hworld") / "shapes", num_train=60, num_val=10, num_test=10,
+                      seed=0, feature_dim=16, progress=False)
+
+
+@pytest.fixture(scope="module")
+def cat_checkpoint(world, tmp_path_factory):
+    """A tiny CAT (CACA, chc) trained for a few steps with AWC."""
+    out = tmp_path_factory.mktemp("cat")
+    items = {
+        "data.dataset": world.dataset, "data.features": world.features, "data.min_count": 1,
+        "model.feature_dim": 16, "model.d_model": 32, "model.num_heads": 2, "model.encoder_layers": 1,
+        "model.decoder_layers": 2, "model.d_ff": 64, "model.cross_attention": "caca", "train.awc.enabled": "true",
+        "out_dir": out, "train.batch_size": 12, "train.epochs": 1, "train.max_steps": 12,
+        "train.schedule.warmup": 10, "train.progress": "false",
+    }
+    api.train(None, [f"{k}={v}" for k, v in items.items()], log=lambda m: None)
+    return out / "last"
+
+
+def _variant(ckpt, out, **model):
+    """A checkpoint with the same config and vocab but another (untrained) model."""
+    cap = Captioner.from_pretrained(ckpt, device="cpu")
+    history = replace(cap.config.model.history, **{k: model.pop(k) for k in ("strategy",) if k in model})
+    cfg = replace(cap.config, model=replace(cap.config.model, history=history, **model),
+                  train=replace(cap.config.train, awc=replace(cap.config.train.awc, enabled=False)))
+    torch.manual_seed(0)
+    save_checkpoint(out, model=make_model(cfg, cap.vocab), config=to_dict(cfg), vocab=cap.vocab.to_dict())
+    return out
+
+
+def _manual(cap, regions, layers=(-1, 0)):
+    """Greedy decoding of one image by hand with model.decoder.step: per step the tokens and
+    the head-averaged history weight of each layer in ``layers``."""
+    v, model = cap.vocab, cap.model
+    feats = torch.from_numpy(regions)[None]
+    memory, mask = model.encode(feats, torch.ones(feats.shape[:2], dtype=torch.bool))
+    state = model.init_state(memory, mask, group=1)
+    token, tokens, weights = v.bos_id, [], {layer: [] for layer in layers}
+    for step in range(MAX_LEN + 1):
+        logits, state, extras = model.decoder.step(torch.tensor([token]), state)
+        for layer in layers:
+            weights[layer].append(float(extras[layer]["history_weight"][0, :, 0].mean()))
+        logits = logits[0].clone()
+        logits[[v.pad_id, v.bos_id, v.unk_id]] = float("-inf")
+        token = v.eos_id if step == MAX_LEN else int(logits.argmax())
+        tokens.append(token)
+        if token == v.eos_id:
+            break
+    return tokens, weights
+
+
+def _val(world):
+    records = load_karpathy(world.dataset, ["val"])["val"]
+    store = open_feature_store(world.features)
+    return records, store
+
+
+@torch.no_grad()
+def test_collected_weights_equal_a_direct_step_by_step_computation(world, cat_checkpoint):
+    cap = Captioner.from_pretrained(cat_checkpoint, device="cpu")
+    records, store = _val(world)
+    manual = [_manual(cap, store.get(r.key).regions) for r in records]
+    for include_eos in (True, False):
+        for layer in (-1, 0):
+            # batch_size 4: batches of 4, 4, 2 images with padded regions
+            curve = collect_history_weights(cat_checkpoint, split="val", limit=None, layer=layer, batch_size=4,
+                                            max_len=MAX_LEN, include_eos=include_eos, progress=False, device="cpu")
+            lengths = [len(t) - (0 if include_eos else 1) for t, _ in manual]
+            assert len(curve.mean) == max(lengths)
+            assert curve.counts == [sum(n > k for n in lengths) for k in range(max(lengths))]
+            expected = [np.mean([w[layer][k] for (_, w), n in zip(manual, lengths) if n > k])
+                        for k in range(max(lengths))]
+            np.testing.assert_allclose(curve.mean, expected, atol=2e-6)
+            np.testing.assert_allclose(np.mean(curve.per_head, 0), curve.mean, atol=1e-12)
+            assert all(0.0 <= a <= 1.0 for a in curve.mean)
+            assert curve.images == len(records) and curve.layer == layer % 2 and curve.awc
+    # the same captions as the public greedy generate
+    texts = cap.generate([store.get(r.key).regions for r in records], max_length=MAX_LEN)
+    assert [curve.captions[r.key] for r in records] == texts
+    assert curve.beta is not None and len(curve.beta) == 2  # AWC betas of the layer, one per head
+    # limit: the first K images only
+    short = collect_history_weights(cap, split="val", limit=3, max_len=MAX_LEN, progress=False)
+    assert short.images == 3 and short.counts[0] == 3 and short.beta is None  # a loaded model has no trainer state
+
+
+@torch.no_grad()
+def test_one_image_attention_sums_to_one_and_labels_history_with_earlier_words(world, cat_checkpoint):
+    cap = Captioner.from_pretrained(cat_checkpoint, device="cpu")
+    records, store = _val(world)
+    key = records[2].key
+    att = image_attention(cap, key, max_len=MAX_LEN)
+    tokens, weights = _manual(cap, store.get(key).regions)
+    assert att.tokens == [cap.vocab.word(t) for t in tokens] and att.key == key
+    np.testing.assert_allclose(att.history_weight, weights[-1], atol=2e-6)
+    n = store.get(key).regions.shape[0]
+    assert att.region_attention.shape == (len(tokens), n) and att.boxes.shape == (n, 4)
+    for k in range(len(tokens)):
+        assert len(att.history_attention[k]) == k + 1  # CACA (chc): entries of steps 1..k
+        assert att.history_labels[k] == (["<bos>"] + att.tokens)[: k + 1]
+        assert att.history_attention[k].sum() == pytest.approx(att.history_weight[k], abs=1e-5)
+        assert att.region_attention[k].sum() + att.history_weight[k] == pytest.approx(1.0, abs=1e-5)
+    assert att.image_path is not None and att.image_path.name == f"{key}.png"
+    default = image_attention(cap, None, split="val", max_len=MAX_LEN)
+    assert default.key == records[0].key
+    with pytest.raises(ValueError, match="not in .*pass --image-id"):
+        image_attention(cap, "no-such-id")
+
+
+def test_light_caca_ihc_has_no_history_at_the_first_word(world, cat_checkpoint, tmp_path):
+    ckpt = _variant(cat_checkpoint, tmp_path / "light", cross_attention="light_caca", strategy="ihc")
+    curve = collect_history_weights(ckpt, split="val", max_len=MAX_LEN, progress=False)
+    assert curve.cross_attention == "light_caca" and curve.strategy == "ihc" and not curve.awc
+    assert curve.mean[0] == 0.0 and all(0.0 < a <= 1.0 for a in curve.mean[1:])
+    att = image_attention(ckpt, max_len=MAX_LEN)
+    assert len(att.history_attention[0]) == 0 and att.history_labels[1] == ["<bos>"]
+    path = plot_image_attention(att, tmp_path / "ihc.png")
+    assert path.read_bytes()[:8] == PNG
+
+
+def test_vanilla_checkpoint_and_bad_arguments_are_refused(world, cat_checkpoint, tmp_path, capsys):
+    vanilla = _variant(cat_checkpoint, tmp_path / "vanilla", cross_attention="vanilla")
+    with pytest.raises(ValueError) as err:
+        collect_history_weights(vanilla, progress=False)
+    text = str(err.value)
+    assert "model.cross_attention='vanilla'" in text and "no historical context memory" in text
+    assert "model.cross_attention=caca" in text  # how to fix it
+    with pytest.raises(ValueError, match="vanilla"):
+        image_attention(vanilla)
+    assert main(["analyze", "history", "--checkpoint", str(vanilla), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "no historical context memory" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="the model has 2 decoder layers"):
+        collect_history_weights(cat_checkpoint, layer=2, progress=False)
+    assert main(["analyze", "history", "--checkpoint", str(cat_checkpoint), "--label", "a", "--label", "b",
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "2 --label for 1 --checkpoint" in capsys.readouterr().err
+
+
+def _png_size(path):
+    from PIL import Image
+
+    data = path.read_bytes()
+    assert data[:8] == PNG and len(data) > 1000
+    with Image.open(path) as im:
+        im.verify()
+    with Image.open(path) as im:
+        return im.size
+
+
+def test_cli_writes_the_pictures_and_the_numbers(world, cat_checkpoint, tmp_path, capsys):
+    records, _ = _val(world)
+    out = tmp_path / "one"
+    assert main(["analyze", "history", "--checkpoint", str(cat_checkpoint), "--out", str(out), "--limit", "6",
+                 "--max-len", str(MAX_LEN), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    first = records[0].key
+    for name in ("history_weight.png", "history_weight.json", f"attention_{first}.png"):
+        assert f"wrote {out / name}" in printed
+    width, height = _png_size(out / "history_weight.png")
+    assert width > 500 and height > 400
+    _png_size(out / f"attention_{first}.png")
+    data = json.loads((out / "history_weight.json").read_text())
+    (entry,) = data["checkpoints"]
+    curve = collect_history_weights(cat_checkpoint, limit=6, max_len=MAX_LEN, progress=False)
+    assert entry["mean"] == pytest.approx(curve.mean) and entry["counts"] == curve.counts
+    assert entry["positions"] == list(range(1, len(curve.mean) + 1)) and entry["images"] == 6
+    assert entry["label"] == "CAT + AWC" and entry["awc"] is True and len(entry["beta"]) == 2
+    assert entry["summary"]["1"] == pytest.approx(curve.mean[0]) and entry["summary"]["last"] == pytest.approx(curve.mean[-1])
+    assert data["image_id"] == first and len(entry["captions"]) == 6
+    assert f"t=1 {curve.mean[0]:.3f}" in printed
+
+    # two checkpoints, own labels, another image and layer: one attention picture per checkpoint
+    out2 = tmp_path / "two"
+    key = records[4].key
+    assert main(["analyze", "history", "--checkpoint", str(cat_checkpoint), "--label", "with AWC",
+                 "--checkpoint", str(cat_checkpoint), "--label", "again", "--out", str(out2), "--limit", "4",
+                 "--layer", "0", "--image-id", key, "--words-only", "--quiet"]) == 0
+    data = json.loads((out2 / "history_weight.json").read_text())
+    assert [c["label"] for c in data["checkpoints"]] == ["with AWC", "again"]
+    assert data["checkpoints"][0]["layer"] == 0 and data["checkpoints"][0]["include_eos"] is False
+    assert data["checkpoints"][0]["mean"] == data["checkpoints"][1]["mean"]
+    assert data["files"]["attention"] == [f"attention_{key}_with-AWC.png", f"attention_{key}_again.png"]
+    for name in data["files"]["attention"]:
+        _png_size(out2 / name)
+
+
+def test_region_fallbacks_grid_and_bars(tmp_path):
+    """No image file: square N without boxes -> grid heat map; other N -> bar chart."""
+    for n in (4, 3):
+        regions = np.full((3, n), 0.6 / n)
+        att = ImageAttention(key="x", label="toy", layer=1, num_layers=2, strategy="chc", tokens=["a", "b", "<eos>"],
+                             history_weight=np.full(3, 0.4), region_attention=regions,
+                             history_attention=[np.full(k + 1, 0.4 / (k + 1)) for k in range(3)],
+                             history_labels=[["<bos>", "a", "b"][: k + 1] for k in range(3)], boxes=None,
+                             image_path=None)
+        _png_size(plot_image_attention(att, tmp_path / f"toy{n}.png"))
+    with pytest.raises(ValueError, match="at least one HistoryCurve"):
+        plot_history_weight([], tmp_path / "none.png")
