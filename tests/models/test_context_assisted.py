@@ -138,3 +138,59 @@ def test_options_a_variant_ignores_are_rejected():
         build_captioner(ModelConfig(history=HistoryConfig(strategy="ohc")), 50)
     with pytest.raises(ValueError, match="history strategy must be one of chc, ihc, ohc, got 'all'"):
         ContextAssistedCrossAttention(D, H, 0.0, "all")
+
+
+@pytest.mark.parametrize("strategy", ["chc", "ihc", "ohc"])
+def test_one_score_pass_equals_two_separate_passes(strategy, monkeypatch):
+    """Shared-weight CACA reuses the first pass's region scores (exact algebra); the general
+    two-pass code (used in training with attention dropout) must give the same outputs."""
+    torch.manual_seed(2)
+    module = ContextAssistedCrossAttention(D, H, 0.0, strategy).eval()
+    q, x = torch.randn(2, T, D), torch.randn(2, N, D)
+    memory_mask = torch.tensor([[True, True, True], [True, False, False]])
+    query_mask = torch.tensor([[True] * T, [True, True, True, False]])
+    assert module._one_score_pass
+    with torch.no_grad():
+        fast_c, fast = module(q, module.prepare(x), memory_mask, query_mask)
+        cache, fast_steps = module.init_cache(2), []
+        for t in range(T):
+            c, cache, _ = module.step(q[:, t:t + 1], module.prepare(x), memory_mask, cache, 1)
+            fast_steps.append(c)
+        monkeypatch.setattr(ContextAssistedCrossAttention, "_one_score_pass", property(lambda self: False))
+        slow_c, slow = module(q, module.prepare(x), memory_mask, query_mask)
+    torch.testing.assert_close(fast_c[query_mask], slow_c[query_mask], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.cat(fast_steps, 1)[0], slow_c[0], rtol=1e-5, atol=1e-6)
+    real = query_mask[:, None, :].expand(-1, H, -1)
+    torch.testing.assert_close(fast["history_weight"][real], slow["history_weight"][real], rtol=1e-5, atol=1e-6)
+    if strategy != "ohc":
+        torch.testing.assert_close(fast["region_attention"][real], slow["region_attention"][real], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_blockwise_attention_equals_one_softmax_over_the_concatenation(group):
+    """attend_regions + attend_after_regions (eval path) == attend_with_history (dropout path)
+    == plain softmax over [regions; history] keys, per row."""
+    from catcap.models.attention import KeyValue
+    from catcap.models.cross.history import Keys, attend_after_regions, attend_regions, attend_with_history
+
+    torch.manual_seed(3)
+    b, h, t, n, m, d_k = 2, 2, 4, 5, 6, 3
+    rows = b * group
+    q = torch.randn(rows, h, t, d_k)
+    regions = Keys.from_kv(KeyValue(torch.randn(b, h, n, d_k), torch.randn(b, h, n, d_k)))
+    history = Keys.from_kv(KeyValue(torch.randn(rows, h, m, d_k), torch.randn(rows, h, m, d_k)))
+    region_mask = torch.tensor([[True] * n, [True, True, False, False, False]])
+    history_mask = torch.rand(rows, 1, t, m) > 0.4
+    history_mask[..., 0] = True
+    one = attend_with_history(q, regions, region_mask, history, history_mask, group)
+    blocks = attend_after_regions(q, attend_regions(q, regions, region_mask, group), history, history_mask)
+    torch.testing.assert_close(blocks.heads, one.heads, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(blocks.history_weight, one.history_weight, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(blocks.region_weights, one.region_weights, rtol=1e-5, atol=1e-6)
+    for r in range(rows):  # by hand for every row
+        img = r // group
+        keys = torch.cat([regions.k[img], history.k[r]], 1)
+        values = torch.cat([regions.v[img], history.v[r]], 1)
+        allowed = torch.cat([region_mask[img].expand(t, n), history_mask[r, 0]], 1)
+        w = (q[r] @ keys.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~allowed, float("-inf")).softmax(-1)
+        torch.testing.assert_close(one.heads[r], w @ values, rtol=1e-5, atol=1e-6)

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend
 from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, Keys, _group_rows, _ungroup_rows,
-                                         attend_with_history)
+                                         attend_after_regions, attend_regions, attend_with_history)
 from catcap.registry import CROSS_ATTENTION
 
 STRATEGIES = ("chc", "ihc", "ohc")
@@ -90,9 +90,13 @@ class _WithHistory(nn.Module):
 
     def _final(self, q: Tensor, qh: Tensor, regions: Keys | None, memory_mask: Tensor,
                history: Keys | None, mask: Tensor | None, attn: MultiHeadAttention, group: int):
-        """c = q + MHA over [regions; history] -> (c, extras)."""
-        out = attend_with_history(qh, None if self.strategy == "ohc" else regions, memory_mask,
-                                  history, mask, group, self._p)
+        """c = q + MHA over [regions; history] -> (c, extras). Without attention dropout the
+        regions and the history are attended block by block (same result, no concatenation)."""
+        if self._p == 0.0 and self.strategy != "ohc":
+            out = attend_after_regions(qh, attend_regions(qh, regions, memory_mask, group), history, mask)
+        else:
+            out = attend_with_history(qh, None if self.strategy == "ohc" else regions, memory_mask,
+                                      history, mask, group, self._p)
         return q + self.dropout(attn.merge(out.heads)), _extras(out)
 
     def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> Keys | None:
@@ -130,24 +134,60 @@ class ContextAssistedCrossAttention(_WithHistory):
         if query_mask is None:
             query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
         qh = self.attn.project_q(self.norm(q))
+        mask = history_mask(query_mask, self.strategy)
+        if self._one_score_pass:
+            return self._shared_passes(q, qh, prepared, memory_mask, lambda c_tmp: self._entry(c_tmp), mask, 1)[:2]
         first, _ = attend(qh, prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
         c_tmp = q + self.dropout(self.attn.merge(first))
-        final_norm, final_attn = self._final_parts()
-        history = Keys.from_kv(final_attn.project_kv(final_norm(c_tmp) if self.normalize else c_tmp))
-        return self._final(q, self._final_query(q, qh), prepared.final, memory_mask, history,
-                           history_mask(query_mask, self.strategy), final_attn, 1)
+        _, final_attn = self._final_parts()
+        return self._final(q, self._final_query(q, qh), prepared.final, memory_mask, self._entry(c_tmp),
+                           mask, final_attn, 1)
 
     def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
         """q (R, 1, D) -> c (R, 1, D), the memory with c_tmp_t appended, extras (T = 1)."""
         b = memory_mask.shape[0]
         qh = self.attn.project_q(self.norm(q))  # (R, H, 1, d_k)
+        if self._one_score_pass:
+            grown = []
+
+            def history(c_tmp):  # append c_tmp_t, then read what the strategy allows
+                grown.append(cache.appended(self._entry_kv(c_tmp)))
+                return self._visible(cache, grown[0])
+
+            c, extras, _ = self._shared_passes(q, qh, prepared, memory_mask, history, None, group)
+            return c, grown[0], extras
         first, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
         c_tmp = q + self.dropout(self.attn.merge(_ungroup_rows(first, group)))
-        final_norm, final_attn = self._final_parts()
-        after = cache.appended(final_attn.project_kv(final_norm(c_tmp) if self.normalize else c_tmp))
+        _, final_attn = self._final_parts()
+        after = cache.appended(self._entry_kv(c_tmp))
         c, extras = self._final(q, self._final_query(q, qh), prepared.final, memory_mask,
                                 self._visible(cache, after), None, final_attn, group)
         return c, after, extras
+
+    @property
+    def _one_score_pass(self) -> bool:
+        """Shared weights and no attention dropout: both passes from one set of region scores
+        (:func:`attend_twice_shared`, exact). With dropout in training each pass draws its own
+        mask, so the two passes are computed separately."""
+        return self.shared and self._p == 0.0
+
+    def _entry_kv(self, c_tmp: Tensor) -> KeyValue:
+        """History entries' keys/values: the final pass's projection of (normalised) c_tmp."""
+        final_norm, final_attn = self._final_parts()
+        return final_attn.project_kv(final_norm(c_tmp) if self.normalize else c_tmp)
+
+    def _entry(self, c_tmp: Tensor) -> Keys:
+        return Keys.from_kv(self._entry_kv(c_tmp))
+
+    def _shared_passes(self, q, qh, prepared: PreparedRegions, memory_mask, history_of, mask, group):
+        """Shared-weight CACA with one set of region scores (:func:`attend_regions`, then
+        :func:`attend_after_regions`); ``history_of(c_tmp)`` gives the history keys the final
+        pass reads. -> (c, extras, c_tmp)."""
+        regions = Keys.from_kv(prepared.first) if prepared.final is None else prepared.final
+        first = attend_regions(qh, regions, memory_mask, group)
+        c_tmp = q + self.dropout(self.attn.merge(first.heads))
+        out = attend_after_regions(qh, first, history_of(c_tmp), mask, self.strategy != "ohc")
+        return q + self.dropout(self.attn.merge(out.heads)), _extras(out), c_tmp
 
 
 @CROSS_ATTENTION.register("light_caca")

@@ -26,28 +26,28 @@ from catcap.models.attention import KeyValue
 
 @dataclass
 class Keys:
-    """Projected keys and values laid out for ``q @ kt`` and ``weights @ v`` without copies:
-    kt (rows, H, d_k, M) transposed keys, v (rows, H, M, d_k) values, both contiguous.
-    (Multiplying by ``k.transpose(-2, -1)`` of a head-split view would copy the keys on
-    every decoding step.)"""
+    """Projected keys and values, each (rows, H, M, d_k) and contiguous, so that ``q @ k^T``
+    reads the keys as a transposed matrix without copying them (the head-split views that
+    :meth:`MultiHeadAttention.project_kv` returns would be copied on every decoding step) and
+    a growing history appends whole rows of d_k numbers."""
 
-    kt: Tensor
+    k: Tensor
     v: Tensor
 
     @classmethod
     def from_kv(cls, kv: KeyValue) -> "Keys":
-        return cls(kv.k.transpose(-2, -1).contiguous(), kv.v.contiguous())
+        return cls(kv.k.contiguous(), kv.v.contiguous())
 
     def cat(self, other: "Keys") -> "Keys":
         """Append ``other``'s entries (a growing history)."""
-        return Keys(torch.cat([self.kt, other.kt], dim=-1), torch.cat([self.v, other.v], dim=-2))
+        return Keys(torch.cat([self.k, other.k], dim=2), torch.cat([self.v, other.v], dim=2))
 
     def index_select(self, index: Tensor) -> "Keys":
-        return Keys(self.kt.index_select(0, index), self.v.index_select(0, index))
+        return Keys(self.k.index_select(0, index), self.v.index_select(0, index))
 
     @property
     def length(self) -> int:
-        return self.kt.shape[-1]
+        return self.k.shape[2]
 
 
 @dataclass
@@ -108,17 +108,17 @@ def attend_with_history(q: Tensor, regions: Keys | None, region_mask: Tensor | N
     scale = 1.0 / math.sqrt(d_k)
     blocks = []
     if regions is not None:
-        b = regions.kt.shape[0]
-        s = (_group_rows(q, b, group) @ regions.kt).mul_(scale)  # (B, H, G*T, N)
+        b = regions.k.shape[0]
+        s = (_group_rows(q, b, group) @ regions.k.transpose(-2, -1)).mul_(scale)  # (B, H, G*T, N)
         blocks.append(_ungroup_rows(s.masked_fill_(~region_mask[:, None, None, :], float("-inf")), group))
     if history is not None:
-        s = (q @ history.kt).mul_(scale)  # (R, H, T, M)
+        s = (q @ history.k.transpose(-2, -1)).mul_(scale)  # (R, H, T, M)
         blocks.append(s if history_mask is None else s.masked_fill_(~history_mask, float("-inf")))
     if not blocks:
         raise ValueError("attention needs regions or history entries; OHC at the first step needs its own entry")
     weights = torch.cat(blocks, dim=-1).softmax(dim=-1)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
-    n = regions.kt.shape[-1] if regions is not None else 0
+    n = regions.k.shape[2] if regions is not None else 0
     parts = []
     if regions is not None:
         parts.append(_ungroup_rows(_group_rows(dropped[..., :n], b, group) @ regions.v, group))
@@ -128,3 +128,50 @@ def attend_with_history(q: Tensor, regions: Keys | None, region_mask: Tensor | N
     history_weights = weights[..., n:] if history is not None else None
     total = history_weights.sum(-1) if history is not None else q.new_zeros(rows, q.shape[1], t)
     return HistoryAttention(heads, weights[..., :n] if regions is not None else None, history_weights, total)
+
+
+@dataclass
+class RegionPass:
+    """CACA's first pass over the regions, kept for the final pass: heads (R, H, T, d_k), the
+    softmax weights (R, H, T, N) and the log of their normaliser logsumexp(s_X) (R, H, T, 1)."""
+
+    heads: Tensor
+    weights: Tensor
+    log_norm: Tensor
+
+
+def attend_regions(q: Tensor, regions: Keys, region_mask: Tensor, group: int = 1) -> RegionPass:
+    """First pass: softmax(q K_X^T / sqrt(d_k)) V_X, keeping what :func:`attend_after_regions`
+    needs. q (R, H, T, d_k); regions of B images with region_mask (B, N)."""
+    b, scale = regions.k.shape[0], 1.0 / math.sqrt(q.shape[-1])
+    s = (_group_rows(q, b, group) @ regions.k.transpose(-2, -1)).mul_(scale)
+    s = s.masked_fill_(~region_mask[:, None, None, :], float("-inf"))  # (B, H, G*T, N)
+    log_norm = torch.logsumexp(s, dim=-1, keepdim=True)
+    alpha = (s - log_norm).exp_()
+    return RegionPass(_ungroup_rows(alpha @ regions.v, group), _ungroup_rows(alpha, group), _ungroup_rows(log_norm, group))
+
+
+def attend_after_regions(q: Tensor, first: RegionPass, history: Keys | None, history_mask: Tensor | None,
+                         regions_in_final: bool = True) -> HistoryAttention:
+    """CACA's final pass with shared weights, reusing the first pass (no dropout).
+
+    Both passes use the same projected query and region keys, so the region logits are the
+    same; with Z_X, Z_HCM the sums of exp(logits) over each block, attending to [X; HCM] is
+
+        out = (1 - a) * first-pass heads + a * softmax(s_HCM) V_HCM,
+        a   = Z_HCM / (Z_X + Z_HCM) = sigmoid(logsumexp(s_HCM) - logsumexp(s_X))
+
+    — exactly :func:`attend_with_history`, without attending to the regions a second time.
+    ``regions_in_final=False`` (OHC): a = 1. q (R, H, T, d_k); history (R rows) or None.
+    """
+    if history is None:  # IHC's first step: nothing to look back at
+        return HistoryAttention(first.heads, first.weights, None, q.new_zeros(q.shape[:3]))
+    s = (q @ history.k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))  # (R, H, T, M)
+    if history_mask is not None:
+        s = s.masked_fill_(~history_mask, float("-inf"))
+    log_norm = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf where a query sees no entry (IHC, t = 1)
+    alpha = (s - log_norm.nan_to_num(neginf=0.0)).exp_()
+    a = torch.sigmoid(log_norm - first.log_norm) if regions_in_final else torch.ones_like(log_norm)
+    heads = torch.lerp(first.heads, alpha @ history.v, a)  # (1 - a) * first + a * history part
+    region_weights = first.weights * (1 - a) if regions_in_final else None
+    return HistoryAttention(heads, region_weights, alpha * a, a[..., 0])
