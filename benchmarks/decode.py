@@ -1,12 +1,16 @@
-"""Decoding and training-step speed at the paper's size (issue 3).
+"""Decoding and training-step speed at the paper's size (issues 3 and 4).
 
 Paper preset (D=512, H=8, 3+3 layers, d_ff 2048) with random weights, vocab 10,000,
 50 images x 50 regions x 2048-d features, max length 16, eval mode, no grad. Greedy and
 beam-5 decoding always run the full 16 steps (``<eos>`` suppressed) so runs compare; one XE
-training step on 50 captions of 16 words. Prints one JSON line per thread count:
-{"greedy_s", "beam_s", "train_step_s", "threads"} (medians of --repeats runs).
+training step on 50 captions of 16 words (plus the AWC term for presets that enable it, as in
+training), with the trainer's optimizer (fused Adam). Several models are measured in one run,
+interleaved (each repeat times every model in turn) so that drifting machine load affects them
+alike. Prints one JSON line per model and thread count:
+{"model", "greedy_s", "beam_s", "train_step_s", "threads", ...} (medians of --repeats runs,
+plus the minimum of each and, for every model but the first, its ratio to the first).
 
-Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 3] [--cross vanilla]
+Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models transformer cat lightcat]
 """
 
 from __future__ import annotations
@@ -15,64 +19,97 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
+from catcap.config import load_config
 from catcap.decoding import beam_search, build_processors, greedy
 from catcap.models.builders import build_captioner
-from catcap.models.config import ModelConfig
+from catcap.training.awc import make_awc
+from catcap.training.experiment import ExperimentConfig
 from catcap.training.losses import cross_entropy
 from catcap.training.setup import make_optimizer
 
 V, B, N, F, T = 10000, 50, 50, 2048, 16
+PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+class Bench:
+    """One preset's model, optimizer and timed jobs on shared inputs."""
+
+    def __init__(self, name: str, inputs):
+        self.name = name
+        cfg = load_config(ExperimentConfig, PRESETS / f"{name}.yaml")
+        torch.manual_seed(0)
+        self.model = build_captioner(cfg.model, V)
+        self.awc = make_awc(cfg)
+        params = list(self.model.parameters()) + (list(self.awc.parameters()) if self.awc else [])
+        self.opt = make_optimizer(params, torch.device("cpu"), lr=1e-4)
+        self.feats, self.mask, self.captions = inputs
+        self.no_eos = build_processors(self.model.eos_id, suppress_eos=True)
+
+    def greedy(self):
+        self._decode(greedy)
+
+    def beam(self):
+        self._decode(beam_search, beam_size=5)
+
+    def _decode(self, fn, **kw):
+        self.model.eval()
+        with torch.no_grad():
+            fn(self.model, self.feats, self.mask, max_len=T, processors=self.no_eos, **kw)
+
+    def train_step(self):
+        self.model.train()
+        cmask = torch.ones_like(self.captions, dtype=torch.bool)
+        logits, extras = self.model(self.feats, self.mask, self.captions, cmask)
+        loss = cross_entropy(logits, self.captions[:, 1:], cmask[:, 1:])
+        if self.awc is not None:
+            loss = loss + self.awc(extras, cmask[:, :-1])
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+def interleaved(benches: list[Bench], job: str, repeats: int) -> dict[str, list[float]]:
+    """Seconds per run of ``job`` for every bench, each repeat timing every bench in turn."""
+    times = {b.name: [] for b in benches}
+    for b in benches:
+        getattr(b, job)()  # warm-up
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for b in benches:
+            start = time.perf_counter()
+            getattr(b, job)()
+            times[b.name].append(time.perf_counter() - start)
+    return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cross", default="vanilla", help="cross-attention variant (vanilla, ...)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--models", nargs="+", default=["transformer"],
+                        help="model presets (configs/models/NAME.yaml), e.g. transformer cat lightcat")
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = build_captioner(ModelConfig(cross_attention=args.cross), V)
     feats, mask = torch.randn(B, N, F), torch.ones(B, N, dtype=torch.bool)
     captions = torch.randint(4, V, (B, T + 2))
     captions[:, 0], captions[:, -1] = 1, 2
-    no_eos = build_processors(model.eos_id, suppress_eos=True)
-    opt = make_optimizer(model.parameters(), torch.device("cpu"), lr=1e-4)  # as the trainer (fused)
-
-    def train_step():
-        model.train()
-        logits, _ = model(feats, mask, captions, torch.ones_like(captions, dtype=torch.bool))
-        loss = cross_entropy(logits, captions[:, 1:], torch.ones_like(captions[:, 1:], dtype=torch.bool))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    def decode(fn, **kw):
-        model.eval()
-        with torch.no_grad():
-            fn(model, feats, mask, max_len=T, processors=no_eos, **kw)
-
+    benches = [Bench(name, (feats, mask, captions)) for name in args.models]
     for threads in args.threads:
         torch.set_num_threads(threads)
-        result = {
-            "greedy_s": round(median_time(lambda: decode(greedy), args.repeats), 4),
-            "beam_s": round(median_time(lambda: decode(beam_search, beam_size=5), args.repeats), 4),
-            "train_step_s": round(median_time(train_step, args.repeats), 4),
-            "threads": threads, "cross_attention": args.cross,
-        }
-        print(json.dumps(result), flush=True)
+        timed = {job: interleaved(benches, job, args.repeats) for job in ("greedy", "beam", "train_step")}
+        first = benches[0].name
+        for b in benches:
+            result = {"model": b.name, "cross_attention": b.model.decoder.layers[0].cross.__class__.__name__}
+            for job in ("greedy", "beam", "train_step"):
+                median = statistics.median(timed[job][b.name])
+                result[f"{job}_s"], result[f"{job}_min_s"] = round(median, 4), round(min(timed[job][b.name]), 4)
+                if b.name != first:
+                    result[f"{job}_ratio"] = round(median / statistics.median(timed[job][first]), 3)
+            result["threads"] = threads
+            print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
