@@ -12,6 +12,7 @@ whose values it overrides.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from pathlib import Path
 from typing import Any, Literal, Sequence, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -19,6 +20,7 @@ from typing import Any, Literal, Sequence, TypeVar, Union, get_args, get_origin,
 import yaml
 
 C = TypeVar("C")
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 class ConfigError(ValueError):
@@ -65,6 +67,8 @@ def _coerce(value: Any, tp, where: str) -> Any:
         return None
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 reads 5e-6 (no dot) as a string
     if tp in (int, float) and isinstance(value, bool):
         raise ConfigError(f"{where}: expected {tp.__name__}, found a boolean {value!r}")
     if isinstance(tp, type) and not isinstance(value, tp):

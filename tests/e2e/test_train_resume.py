@@ -26,7 +26,9 @@ def last_logged_step(log):
     return max(steps, default=0)
 
 
-VARIANTS = {"transformer": {}, "cat-awc": {"model.cross_attention": "caca", "train.awc.enabled": "true"}}
+VARIANTS = {"transformer": {}, "cat-awc": {"model.cross_attention": "caca", "train.awc.enabled": "true"},
+            # epoch 1 XE, epoch 2 SCST: a kill can land in either phase
+            "xe-then-scst": {"train.objective": "xe_then_scst", "train.scst.switch_patience": 0}}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -8,6 +8,7 @@ from typing import Literal
 from catcap.data.config import DataConfig
 from catcap.models.config import ModelConfig
 from catcap.training.awc import AWCConfig
+from catcap.training.scst import SCSTConfig
 from catcap.training.schedule import ScheduleConfig
 
 
@@ -20,7 +21,12 @@ class TrainConfig:
     batch 50. ``save_every`` (steps) adds mid-epoch checkpoints for resuming long epochs;
     ``max_steps`` stops early (tests, quick looks); validation decodes greedily up to
     ``val_max_len`` words and picks the best checkpoint by CIDEr-D; ``awc`` adds the adaptive
-    weight constraint of CAT/LightCAT to the XE loss (``catcap.training.awc``)."""
+    weight constraint of CAT/LightCAT to the XE loss (``catcap.training.awc``).
+    ``objective``: ``xe``; ``scst`` (self-critical from the first step, usually with
+    ``init_from`` = an XE checkpoint whose weights and vocabulary start the run); or
+    ``xe_then_scst`` (switch when validation CIDEr-D stalls, ``scst.switch_patience``).
+    ``val_beam``: beam size of validation decoding (1 = greedy; the paper evaluates with 5).
+    ``awc`` also applies during SCST only when ``scst`` is asked to keep it (off by default)."""
 
     epochs: int = 30
     batch_size: int = 50
@@ -37,6 +43,10 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
     awc: AWCConfig = field(default_factory=AWCConfig)
+    objective: Literal["xe", "scst", "xe_then_scst"] = "xe"
+    scst: SCSTConfig = field(default_factory=SCSTConfig)
+    init_from: str = ""
+    val_beam: int = 1
 
 
 @dataclass

@@ -1,0 +1,171 @@
+"""Self-critical sequence training (Rennie et al. 2017) with the CIDEr-D reward.
+
+One SCST step on a batch of B images:
+
+1. **Sample** under ``no_grad`` in eval mode with the cached decoder: n captions per image
+   (``baseline: greedy`` or ``mean``: multinomial samples; ``beam``: the n beams of a beam
+   search, as in M2). ``<pad>``, ``<bos>`` and ``<unk>`` are never generated.
+2. **Reward** every caption with CIDEr-D against the image's references, document
+   frequencies from the training references (:mod:`catcap.training.reward`). A caption is its
+   words before ``<eos>`` (``<eos>`` itself is not a word), exactly what evaluation scores.
+3. **Baseline** per caption: ``greedy`` the reward of the image's greedy caption, ``mean`` the
+   mean reward of the image's *other* n-1 samples, ``beam`` the mean reward of its n beams.
+4. **Score** the sampled captions' log-probabilities in *one* teacher-forced forward pass with
+   gradients (train mode; the encoder runs once per image; positions after ``<eos>`` masked),
+   instead of keeping the autoregressive graph of the sampling loop.
+5. **Loss** ``-(1/R) sum_r (reward_r - baseline_r) * sum_t log p(w_rt)`` over the R = B * n
+   captions (policy gradient with a baseline; the sum runs over words and ``<eos>``).
+
+Legend: B images, n captions per image, R = B * n, T steps, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from catcap.decoding import beam_search, build_processors, greedy, sample
+
+BASELINES = ("greedy", "mean", "beam")
+
+
+@dataclass
+class SCSTConfig:
+    """``train.scst``: baseline greedy | mean | beam (see the module doc); num_samples n per
+    image (the beam size for ``beam``); lr the fixed learning rate (paper 5e-6); max_len the
+    longest sampled caption in words; patience: stop after this many SCST epochs without a
+    better validation CIDEr-D; switch_patience: with ``train.objective=xe_then_scst``, switch
+    when XE validation CIDEr-D has not improved for this many epochs (M2's rule); keep_awc:
+    add the AWC term (``train.awc``) to the SCST loss too (the paper does not)."""
+
+    baseline: Literal["greedy", "mean", "beam"] = "mean"
+    num_samples: int = 5
+    lr: float = 5e-6
+    max_len: int = 16
+    patience: int = 5
+    switch_patience: int = 5
+    keep_awc: bool = False
+
+    def __post_init__(self):
+        from catcap.config import ConfigError
+
+        if self.num_samples < 2 and self.baseline in ("mean", "beam"):
+            raise ConfigError(f"train.scst.num_samples must be >= 2 for the {self.baseline!r} baseline, "
+                              f"found {self.num_samples}")
+        if self.num_samples < 1 or self.max_len < 1:
+            raise ConfigError(f"train.scst.num_samples and max_len must be >= 1, found {self.num_samples}, {self.max_len}")
+
+
+def advantages(rewards: np.ndarray, baseline: str, greedy_rewards: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """rewards (B, n) -> (baselines (B, n), advantages (B, n)) for ``baseline``:
+    greedy: greedy_rewards (B,) per image; mean: mean of the image's other n-1 rewards;
+    beam: mean of the image's n rewards."""
+    b, n = rewards.shape
+    if baseline == "greedy":
+        if greedy_rewards is None:
+            raise ValueError("the greedy baseline needs the rewards of the greedy captions")
+        base = np.repeat(np.asarray(greedy_rewards, dtype=np.float64)[:, None], n, axis=1)
+    elif baseline == "mean":
+        if n < 2:
+            raise ValueError("the mean-of-others baseline needs at least 2 samples per image")
+        base = (rewards.sum(axis=1, keepdims=True) - rewards) / (n - 1)
+    elif baseline == "beam":
+        base = np.repeat(rewards.mean(axis=1, keepdims=True), n, axis=1)
+    else:
+        raise ValueError(f"unknown SCST baseline {baseline!r}; choose one of {', '.join(BASELINES)}")
+    return base, rewards - base
+
+
+def draw_captions(model, features: Tensor, feature_mask: Tensor, cfg: SCSTConfig, processors):
+    """The n captions per image that SCST learns from (no grad, eval mode): a DecodeOutput with
+    rows image-major, plus the greedy captions' tokens for the greedy baseline (else None)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            if cfg.baseline == "beam":
+                out = beam_search(model, features, feature_mask, beam_size=cfg.num_samples, max_len=cfg.max_len,
+                                  processors=processors, num_return=cfg.num_samples)
+            else:
+                out = sample(model, features, feature_mask, num_samples=cfg.num_samples, max_len=cfg.max_len,
+                             processors=processors)
+            best = greedy(model, features, feature_mask, max_len=cfg.max_len, processors=processors).tokens \
+                if cfg.baseline == "greedy" else None
+    finally:
+        model.train(was_training)
+    return out, best
+
+
+def sequence_log_probs(model, features: Tensor, feature_mask: Tensor, tokens: Tensor, mask: Tensor, group: int):
+    """One teacher-forced pass over generated captions, with gradients.
+
+    tokens (R, T) generated ids after ``<bos>`` (R = B * group, image-major), mask (R, T) True =
+    generated (words and ``<eos>``) -> per-token log-probs (R, T) (0 where masked) and the
+    per-token entropy (R, T) of the model's distribution (detached, 0 where masked). The
+    encoder runs once per image; its output is repeated for the image's captions.
+    """
+    memory, memory_mask = model.encode(features, feature_mask)
+    memory, memory_mask = memory.repeat_interleave(group, 0), memory_mask.repeat_interleave(group, 0)
+    bos = torch.full_like(tokens[:, :1], model.bos_id)
+    inputs = torch.cat([bos, tokens[:, :-1]], dim=1)
+    input_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
+    logits, extras = model.decoder(inputs, input_mask, memory, memory_mask)
+    log_probs = logits.float().log_softmax(dim=-1)
+    chosen = log_probs.gather(2, tokens[..., None])[..., 0].masked_fill(~mask, 0.0)
+    with torch.no_grad():
+        entropy = -(log_probs.exp() * log_probs).sum(-1).masked_fill(~mask, 0.0)
+    return chosen, entropy, extras, input_mask
+
+
+def scst_processors(vocab) -> tuple:
+    """Tokens a sampled caption never contains: ``<pad>``, ``<bos>``, ``<unk>``."""
+    return build_processors(vocab.eos_id, suppress_ids=[vocab.pad_id, vocab.bos_id, vocab.unk_id])
+
+
+def policy_loss(token_log_probs: Tensor, advantage: Tensor) -> Tensor:
+    """-(1/R) sum_r A_r sum_t log p_rt: token_log_probs (R, T) (0 where masked), advantage (R,)."""
+    return -(advantage * token_log_probs.sum(dim=1)).mean()
+
+
+def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None) -> tuple[Tensor, dict]:
+    """Loss and log record of one SCST step on an ImageBatch (see the module doc).
+
+    reward_fn(candidates: list[list[str]], references: list[list[list[str]]], cand_image) -> (C,)
+    rewards, e.g. :class:`catcap.training.reward.CiderReward`; ``awc`` an
+    :class:`~catcap.training.awc.AdaptiveWeightConstraint` added on the scored captions.
+    """
+    processors = scst_processors(vocab)
+    out, best = draw_captions(model, batch.features, batch.feature_mask, cfg, processors)
+    b, n = batch.features.shape[0], cfg.num_samples
+    words = [vocab.decode(row.tolist()) for row in out.tokens.cpu()]
+    image_of = np.repeat(np.arange(b), n)
+    rewards = np.asarray(reward_fn(words, batch.references, image_of), dtype=np.float64).reshape(b, n)
+    greedy_rewards = None
+    if best is not None:
+        greedy_rewards = np.asarray(reward_fn([vocab.decode(r.tolist()) for r in best.cpu()], batch.references,
+                                              np.arange(b)), dtype=np.float64)
+    base, adv = advantages(rewards, cfg.baseline, greedy_rewards)
+    model.train()
+    token_lp, entropy, extras, input_mask = sequence_log_probs(model, batch.features, batch.feature_mask,
+                                                               out.tokens, out.mask, n)
+    advantage = torch.as_tensor(adv.reshape(-1), dtype=token_lp.dtype, device=token_lp.device)
+    loss = policy_loss(token_lp, advantage)
+    awc_value = awc(extras, input_mask) if awc is not None else None
+    if awc_value is not None:
+        loss = loss + awc_value
+    ended = out.tokens.gather(1, (out.lengths - 1).clamp(min=0)[:, None])[:, 0] == vocab.eos_id
+    record = {
+        "reward": float(rewards.mean()), "baseline": float(base.mean()), "advantage": float(adv.mean()),
+        "advantage_std": float(adv.std()), "eos_fraction": float(ended.float().mean()),
+        "length": float(np.mean([len(w) for w in words])),
+        "entropy": float(entropy.sum() / out.mask.sum().clamp(min=1)),
+    }
+    if greedy_rewards is not None:
+        record["greedy_reward"] = float(greedy_rewards.mean())
+    if awc_value is not None:
+        record["awc"] = float(awc_value.detach())
+    return loss, record
