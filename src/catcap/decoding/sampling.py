@@ -43,10 +43,21 @@ def top_p_filter(scores: Tensor, p: float) -> Tensor:
     return scores.masked_fill(drop, NEG_INF)
 
 
+def draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One token per row of (R, V) probabilities by inverse-CDF sampling: a single uniform
+    number per row and a binary search in the row's cumulative sum. Exact like
+    ``torch.multinomial`` (which draws V exponential numbers per row, ~10x slower for a
+    10,000-word vocabulary); tokens of probability 0 are never drawn."""
+    cdf = probs.cumsum(dim=1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype)
+    index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)  # first i with cdf_i > u * total
+    return index[:, 0].clamp_(max=probs.shape[1] - 1)
+
+
 def _picker(top_k: int, top_p: float, generator: torch.Generator | None):
     def pick(scores: Tensor) -> Tensor:
         scores = top_p_filter(top_k_filter(scores, top_k), top_p)
-        return torch.multinomial(scores.softmax(dim=1), 1, generator=generator)[:, 0]
+        return draw(scores.softmax(dim=1), generator)
     return pick
 
 
