@@ -105,6 +105,13 @@ def train(config: str | Path | None, overrides: Sequence[str] = (), *, resume: b
     return Trainer(load_experiment(config, overrides), resume=resume, log=log).fit()
 
 
+def plot_training(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """``run_dir/training.png``: losses, validation CIDEr-D and the SCST signals per step."""
+    from catcap.viz.training_curves import plot_training_log
+
+    return plot_training_log(run_dir, out)
+
+
 def synth(out_dir: str | Path, **kwargs):
     """Make the built-in shapes world (see ``catcap synth --help``)."""
     from catcap.data.synthetic import make_world

@@ -78,6 +78,15 @@ example:
 
 
 def register(sub) -> None:
+    plot = sub.add_parser("plot-log", help="plot a training run's log (losses, val CIDEr-D, SCST signals)",
+                          description="Draw RUN/log.jsonl into RUN/training.png: training loss, validation CIDEr-D per "
+                          "epoch and, for self-critical training, reward vs baseline, entropy, caption length and the "
+                          "fraction of samples ending with <eos> per step (an SCST collapse shows as entropy and length "
+                          "falling while the reward stalls). `catcap train` draws it at the end of every run.\n\n"
+                          "example:\n  catcap plot-log runs/demo/scst", formatter_class=argparse.RawDescriptionHelpFormatter)
+    plot.add_argument("run", metavar="RUN", help="a run's out_dir (holds log.jsonl)")
+    plot.add_argument("--out", metavar="FILE.png", help="where to write the picture (default RUN/training.png)")
+    plot.set_defaults(func=cmd_plot_log)
     abl = sub.add_parser("ablate", help="rerun an ablation table of the paper (5, 6 or 7)", description=ABLATE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     abl.add_argument("--table", required=True, help="table number: 5, 6 or 7")
@@ -145,6 +154,15 @@ def cmd_train(args) -> int:
 
     pos = api.train(args.config, args.overrides, resume=args.resume)
     print(f"done: {pos.step} steps, best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})")
+    out_dir = api.load_experiment(args.config, args.overrides).out_dir
+    print(f"training curves: {api.plot_training(out_dir)}")
+    return 0
+
+
+def cmd_plot_log(args) -> int:
+    from catcap import api
+
+    print(f"wrote {api.plot_training(args.run, args.out)}")
     return 0
 
 
