@@ -90,3 +90,30 @@ def test_reorder_moves_caches_with_hypotheses(variant):
         b, _ = model.step(torch.tensor([3, 3, 3, 3, 3, 3]), swapped)
     torch.testing.assert_close(b[[1, 0, 2, 3, 5, 4]], a)
     assert not torch.allclose(a[0], a[1])
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
+@pytest.mark.parametrize("training", [False, True])
+def test_grouped_teacher_forcing_equals_repeated_memory(variant, training):
+    """decoder(tokens of G captions per image, memory once per image, group=G) ==
+    decoder(same tokens, memory repeated per caption): what SCST's scoring pass relies on."""
+    model = make_model(*variant)
+    features, fmask, _, _ = batch()
+    g = 2
+    captions = torch.tensor([[1, 5, 6, 7, 2], [1, 9, 2, 0, 0], [1, 4, 4, 2, 0], [1, 8, 2, 0, 0], [1, 3, 5, 6, 2], [1, 7, 2, 0, 0]])
+    cmask = captions != 0
+    model.train(training)
+    with torch.no_grad():
+        memory, mmask = model.encode(features, fmask)
+        torch.manual_seed(5)
+        grouped, gx = model.decoder(captions, cmask, memory, mmask, group=g)
+        torch.manual_seed(5)
+        repeated, rx = model.decoder(captions, cmask, memory.repeat_interleave(g, 0), mmask.repeat_interleave(g, 0))
+    if training:  # dropout masks are drawn in a different order; only the shapes must agree
+        assert grouped.shape == repeated.shape
+        return
+    torch.testing.assert_close(grouped[cmask], repeated[cmask], rtol=1e-5, atol=1e-5)
+    for a, b in zip(gx, rx):
+        if a:
+            real = cmask[:, None, :].expand_as(a["history_weight"])
+            torch.testing.assert_close(a["history_weight"][real], b["history_weight"][real], rtol=1e-5, atol=1e-6)

@@ -109,11 +109,10 @@ def sequence_log_probs(model, features: Tensor, feature_mask: Tensor, tokens: Te
     encoder runs once per image; its output is repeated for the image's captions.
     """
     memory, memory_mask = model.encode(features, feature_mask)
-    memory, memory_mask = memory.repeat_interleave(group, 0), memory_mask.repeat_interleave(group, 0)
     bos = torch.full_like(tokens[:, :1], model.bos_id)
     inputs = torch.cat([bos, tokens[:, :-1]], dim=1)
     input_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
-    logits, extras = model.decoder(inputs, input_mask, memory, memory_mask)
+    logits, extras = model.decoder(inputs, input_mask, memory, memory_mask, group)
     log_probs = logits.float().log_softmax(dim=-1)
     chosen = log_probs.gather(2, tokens[..., None])[..., 0].masked_fill(~mask, 0.0)
     with torch.no_grad():

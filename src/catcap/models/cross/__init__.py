@@ -5,8 +5,9 @@ writes CACA this way, and the vanilla one — TCA — matches it, so that shared
 parameters) with the same interface:
 
 - ``prepare(memory (B, N, D)) -> prepared``: keys/values projected once per image;
-- ``forward(q (B, T, D), prepared, memory_mask (B, N), query_mask (B, T)) -> (c, extras)``:
-  all caption positions in parallel (teacher forcing);
+- ``forward(q (R, T, D), prepared, memory_mask (B, N), query_mask (R, T), group=1) -> (c, extras)``:
+  all caption positions in parallel (teacher forcing), R = B * group captions, ``group`` per
+  image sharing its prepared memory (self-critical training scores n samples per image);
 - ``init_cache(rows) -> cache`` and ``step(q (B*G, 1, D), prepared, memory_mask, cache, group)
   -> (c, cache, extras)``: one decoding step for B*G hypotheses, G per image.
 

@@ -129,19 +129,22 @@ class ContextAssistedCrossAttention(_WithHistory):
     def _final_query(self, q: Tensor, qh: Tensor) -> Tensor:
         return qh if self.shared else self.final_attn.project_q(self.final_norm(q))
 
-    def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None):
-        """q (B, T, D), memory_mask (B, N), query_mask (B, T) True = real -> c (B, T, D), extras."""
+    def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None,
+                group: int = 1):
+        """q (R, T, D) with R = B * group captions (group per image, image-major), memory_mask
+        (B, N), query_mask (R, T) True = real -> c (R, T, D), extras."""
         if query_mask is None:
             query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
         qh = self.attn.project_q(self.norm(q))
         mask = history_mask(query_mask, self.strategy)
         if self._one_score_pass:
-            return self._shared_passes(q, qh, prepared, memory_mask, lambda c_tmp: self._entry(c_tmp), mask, 1)[:2]
-        first, _ = attend(qh, prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
-        c_tmp = q + self.dropout(self.attn.merge(first))
+            return self._shared_passes(q, qh, prepared, memory_mask, lambda c_tmp: self._entry(c_tmp), mask, group)[:2]
+        b = memory_mask.shape[0]
+        first, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
+        c_tmp = q + self.dropout(self.attn.merge(_ungroup_rows(first, group)))
         _, final_attn = self._final_parts()
         return self._final(q, self._final_query(q, qh), prepared.final, memory_mask, self._entry(c_tmp),
-                           mask, final_attn, 1)
+                           mask, final_attn, group)
 
     def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
         """q (R, 1, D) -> c (R, 1, D), the memory with c_tmp_t appended, extras (T = 1)."""
@@ -198,14 +201,16 @@ class LightContextAssistedCrossAttention(_WithHistory):
         """(B, N, D) -> region keys/values, once per image (None for OHC)."""
         return PreparedRegions(None, None if self.strategy == "ohc" else Keys.from_kv(self.attn.project_kv(memory)))
 
-    def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None):
-        """q (B, T, D), memory_mask (B, N), query_mask (B, T) True = real -> c (B, T, D), extras."""
+    def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None,
+                group: int = 1):
+        """q (R, T, D) with R = B * group captions, memory_mask (B, N), query_mask (R, T) True =
+        real -> c (R, T, D), extras."""
         if query_mask is None:
             query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
         q_ln = self.norm(q)
         qh = self.attn.project_q(q_ln)
         return self._final(q, qh, prepared.final, memory_mask, Keys.from_kv(self.attn.project_kv(q_ln if self.normalize else q)),
-                           history_mask(query_mask, self.strategy), self.attn, 1)
+                           history_mask(query_mask, self.strategy), self.attn, group)
 
     def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
         """q (R, 1, D) -> c (R, 1, D), the memory with q_t appended, extras (T = 1)."""

@@ -22,10 +22,14 @@ class VanillaCrossAttention(nn.Module):
         """(B, N, D) encoder output -> keys/values, once per image."""
         return self.attn.project_kv(memory)
 
-    def forward(self, q: Tensor, prepared: KeyValue, memory_mask: Tensor, query_mask: Tensor | None = None):
-        """q (B, T, D) -> (B, T, D); every position attends to the real regions."""
-        out, _ = self.attn(self.norm(q), prepared, memory_mask[:, None, :])
-        return q + self.dropout(out), {}
+    def forward(self, q: Tensor, prepared: KeyValue, memory_mask: Tensor, query_mask: Tensor | None = None,
+                group: int = 1):
+        """q (R, T, D), R = B * group captions (image-major) -> (R, T, D); every position
+        attends to its image's real regions (the group's captions share them, no copies)."""
+        rows, t, d = q.shape
+        grouped = self.norm(q).reshape(rows // group, group * t, d)
+        out, _ = self.attn(grouped, prepared, memory_mask[:, None, :])
+        return q + self.dropout(out.reshape(rows, t, d)), {}
 
     def init_cache(self, rows: int):
         return None

@@ -37,11 +37,11 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, self_mask: Tensor, prepared, memory_mask: Tensor, query_mask: Tensor):
-        """x (B, T, D), self_mask (B, T, T) -> (B, T, D), extras."""
+    def forward(self, x: Tensor, self_mask: Tensor, prepared, memory_mask: Tensor, query_mask: Tensor, group: int = 1):
+        """x (R, T, D), self_mask (R, T, T), R = B * group -> (R, T, D), extras."""
         h = self.norm1(x)
         x = x + self.dropout(self.self_attn(h, self.self_attn.project_kv(h), self_mask)[0])
-        c, extras = self.cross(x, prepared, memory_mask, query_mask)
+        c, extras = self.cross(x, prepared, memory_mask, query_mask, group)
         return c + self.dropout(self.ffn(self.norm3(c))), extras
 
     def step(self, x: Tensor, cache: dict, prepared, memory_mask: Tensor, group: int):
@@ -79,15 +79,17 @@ class TransformerDecoder(nn.Module):
         """Per-layer keys/values of the encoder output, once per image."""
         return [layer.cross.prepare(memory) for layer in self.layers]
 
-    def forward(self, tokens: Tensor, token_mask: Tensor, memory: Tensor, memory_mask: Tensor):
-        """tokens (B, T) input ids, token_mask (B, T) True = real -> logits (B, T, V), extras per layer."""
+    def forward(self, tokens: Tensor, token_mask: Tensor, memory: Tensor, memory_mask: Tensor, group: int = 1):
+        """tokens (R, T) input ids, token_mask (R, T) True = real -> logits (R, T, V), extras per
+        layer. R = B * group: ``group`` captions per image of memory (B, N, D), image-major; the
+        memory is prepared once per image and shared by its captions."""
         t = tokens.shape[1]
         self_mask = causal_mask(t, tokens.device)[None] & token_mask[:, None, :]
         self_mask = self_mask | torch.eye(t, dtype=torch.bool, device=tokens.device)[None]  # pads see themselves
         x = self._embed(tokens, 0)
         extras = []
         for layer, prepared in zip(self.layers, self.prepare(memory)):
-            x, extra = layer(x, self_mask, prepared, memory_mask, token_mask)
+            x, extra = layer(x, self_mask, prepared, memory_mask, token_mask, group)
             extras.append(extra)
         return self.output(self.norm(x)), extras
 
