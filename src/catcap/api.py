@@ -195,3 +195,33 @@ def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | Non
     check_features(store, keys, cap.config.model.feature_dim)
     texts = cap.generate([store.get(k).regions for k in keys], num_beams=beam, max_length=max_len)
     return list(zip(items, texts))
+
+
+def import_flickr8k(tokens: str | Path, split_lists: dict, out: str | Path, *, images: str | Path | None = None,
+                    unsplit: str | None = None) -> dict:
+    """Flickr8k caption file + split lists -> a Karpathy-format JSON at ``out``; returns the
+    import report (splits, captions, warnings) that is also stored in the file."""
+    from catcap.data.importers import import_flickr8k as _import, write_dataset_json
+
+    data = _import(tokens, split_lists, images, unsplit=unsplit)
+    write_dataset_json(out, data)
+    return data["catcap_import"]
+
+
+def import_coco(captions: Sequence[str | Path], out: str | Path, *, split_lists: dict | None = None,
+                unlisted_split: str | None = "train") -> dict:
+    """COCO caption JSON files (+ split lists) -> a Karpathy-format JSON at ``out``; returns the report."""
+    from catcap.data.importers import import_coco as _import, write_dataset_json
+
+    data = _import(captions, split_lists, unlisted_split=unlisted_split)
+    write_dataset_json(out, data)
+    return data["catcap_import"]
+
+
+def prepare(dataset: str | Path, out_dir: str | Path, *, min_count: int = 5, max_len: int = 16,
+            train_split: str = "train") -> dict:
+    """Vocabulary, encoded training captions, CIDEr-D df and a summary for a Karpathy JSON
+    (:func:`catcap.data.prepare.prepare_dataset`); returns the summary."""
+    from catcap.data.prepare import prepare_dataset
+
+    return prepare_dataset(dataset, out_dir, min_count=min_count, max_len=max_len, train_split=train_split)

@@ -10,26 +10,15 @@ tokens evaluation uses), so the reward is the evaluation's CIDEr-D formula by co
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from catcap.data.prepare import df_cache_name
 from catcap.metrics.cider import CiderD
 from catcap.metrics.docfreq import DocumentFrequency
-
-
-def references_fingerprint(references: Sequence[Sequence[Sequence[str]]]) -> str:
-    """A short hash of tokenised references (one list of captions per image)."""
-    h = hashlib.sha256()
-    for image in references:
-        for caption in image:
-            h.update(" ".join(caption).encode("utf-8"))
-            h.update(b"\n")
-        h.update(b"\x00")
-    return h.hexdigest()[:12]
 
 
 def cached_document_frequency(references, dataset: str | Path, split: str, fallback_dir: str | Path,
@@ -37,7 +26,7 @@ def cached_document_frequency(references, dataset: str | Path, split: str, fallb
     """The df table of ``references`` (the ``split`` of ``dataset``), loaded from its cache file
     or built and saved there once. -> (table, path of the cache file)."""
     dataset = Path(dataset)
-    name = f"{dataset.stem}.{split}.{references_fingerprint(references)}.cider-df.npz"
+    name = df_cache_name(dataset, split, references)
     for folder in (dataset.parent, Path(fallback_dir)):
         path = folder / name
         if path.exists():
