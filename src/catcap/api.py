@@ -218,6 +218,13 @@ def import_coco(captions: Sequence[str | Path], out: str | Path, *, split_lists:
     return data["catcap_import"]
 
 
+def import_features(fmt: str, source, out: str | Path, *, boxes_dir=None, progress: bool = True) -> dict:
+    """Region features in another codebase's format (tsv, npy, m2, lmdb) -> a catcap HDF5 store."""
+    from catcap.data.feature_import import import_features as run
+
+    return run(fmt, source, out, boxes_dir=boxes_dir, progress=progress)
+
+
 def prepare(dataset: str | Path, out_dir: str | Path, *, min_count: int = 5, max_len: int = 16,
             train_split: str = "train") -> dict:
     """Vocabulary, encoded training captions, CIDEr-D df and a summary for a Karpathy JSON
@@ -225,3 +232,14 @@ def prepare(dataset: str | Path, out_dir: str | Path, *, min_count: int = 5, max
     from catcap.data.prepare import prepare_dataset
 
     return prepare_dataset(dataset, out_dir, min_count=min_count, max_len=max_len, train_split=train_split)
+
+
+def extract(images, out: str | Path, *, encoder: str = "efficientnet-lite0", batch_size: int = 32,
+            workers: int = 2, limit: int | None = None, restart: bool = False, progress: bool = True,
+            log=None):
+    """Image features (EfficientNet-Lite grid) of a folder or list of images into the HDF5 store
+    ``out``; continues an existing ``out`` unless ``restart``. Returns an ``ExtractResult``."""
+    from catcap.features.extract import extract_features
+
+    return extract_features(images, out, encoder, batch_size=batch_size, workers=workers,
+                            resume=not restart, overwrite=restart, limit=limit, progress=progress, log=log)

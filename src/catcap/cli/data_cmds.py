@@ -77,6 +77,26 @@ example:
 """
 
 
+FEATURES_HELP = """\
+Convert region features from the formats other captioning code uses into catcap's HDF5 feature
+store (keys = image ids; regions (N, F) float32; boxes when the source has them). The import is
+atomic and resumable: rerunning it after an interruption skips the images already written.
+Nothing is unpickled.
+
+formats:
+  tsv   bottom-up attention TSV (Anderson et al.): image_id, image_w, image_h, num_boxes,
+        boxes, features per line, boxes/features base64 float32
+  npy   a folder of <image_id>.npy (N, F) or .npz (array feat/features/x, optional boxes/bbox),
+        e.g. self-critical.pytorch's cocobu_att (+ --boxes cocobu_box)
+  m2    the M2 Transformer's HDF5 file: datasets <image_id>_features (+ <image_id>_boxes)
+  lmdb  an LMDB whose values are .npy/.npz bytes (needs `pip install lmdb`)
+
+example:
+  catcap import features --format tsv --source trainval/*.tsv --out data/coco/features.h5
+  catcap import features --format m2 --source coco_detections.hdf5 --out data/coco/features.h5
+"""
+
+
 def register(sub) -> None:
     imp = sub.add_parser("import", help="official caption files -> a Karpathy-format dataset JSON",
                          description=IMPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,6 +125,15 @@ def register(sub) -> None:
                       help="split of images in no list (default train; 'none' leaves them out)")
     coco.add_argument("--out", required=True, metavar="FILE.json", help="the dataset JSON to write")
     coco.set_defaults(func=cmd_import_coco)
+
+    feats = kinds.add_parser("features", help="region features you already have -> a catcap feature store",
+                             description=FEATURES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    feats.add_argument("--format", required=True, choices=("tsv", "npy", "m2", "lmdb"), help="the source's layout")
+    feats.add_argument("--source", required=True, nargs="+", metavar="PATH",
+                       help="TSV file(s), a folder of .npy/.npz, an M2 .hdf5 file or an LMDB")
+    feats.add_argument("--boxes", metavar="DIR", help="npy format: a folder of <key>.npy boxes (N, 4)")
+    feats.add_argument("--out", required=True, metavar="FEATS.h5", help="the catcap HDF5 feature store to write")
+    feats.set_defaults(func=cmd_import_features)
 
     prep = sub.add_parser("prepare", help="vocabulary, encoded captions and CIDEr-D df of a dataset JSON",
                           description=PREPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -149,6 +178,16 @@ def cmd_import_coco(args) -> int:
     unlisted = None if args.unlisted_split.lower() == "none" else args.unlisted_split
     report = api.import_coco(args.captions, args.out, split_lists=lists or None, unlisted_split=unlisted)
     _print_report(report, args.out)
+    return 0
+
+
+def cmd_import_features(args) -> int:
+    from catcap import api
+
+    source = args.source if args.format == "tsv" else args.source[0]
+    report = api.import_features(args.format, source, args.out, boxes_dir=args.boxes)
+    print(f"wrote {report['written']} images ({report['feature_dim']}-d features) to {report['out']}"
+          + (f"; {report['skipped']} already there" if report["skipped"] else ""))
     return 0
 
 
