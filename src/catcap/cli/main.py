@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from catcap import __version__
-from catcap.cli import analyze_cmds, data_cmds, metrics_cmds, train_cmds
+from catcap.cli import analyze_cmds, data_cmds, extract_cmds, metrics_cmds, train_cmds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_cmds.register(sub)
     metrics_cmds.register(sub)
     analyze_cmds.register(sub)
+    extract_cmds.register(sub)
     data_cmds.register(sub)
     return parser
 

@@ -10,7 +10,9 @@ Two on-disk formats share one reading protocol, :class:`FeatureStore`:
 
 Keys are strings (``str(image_id)`` for COCO); on disk a key is written through
 :func:`escape_key` (``%XX`` escapes, reversible), so ``/``, spaces or dots are fine.
-Legend: N regions of one image, F feature width; boxes are normalised ``x1, y1, x2, y2``.
+Legend: N regions of one image, F feature width; boxes are ``x1, y1, x2, y2`` in pixels of the
+original image (the built-in world, `catcap extract` and the importers all write pixel boxes;
+the store's ``meta`` says which image size they refer to where known).
 
 Writers build ``<path>.partial`` and rename it to ``<path>`` on a clean close, so a crash
 never leaves a half-written ``<path>``. ``resume=True`` reopens the ``.partial`` (or the

@@ -1,0 +1,204 @@
+"""Extract grid features of many images into an HDF5 feature store.
+
+Decoding and preprocessing run in ``workers`` DataLoader worker processes, overlapped with batched
+inference under ``torch.inference_mode()`` in the main process; every finished batch is written at
+once (streaming, through :class:`~catcap.data.features.HDF5FeatureWriter`, which builds
+``<out>.partial`` and renames it on a clean finish). A rerun with ``resume=True`` (the default)
+skips every key already in the file, so an interrupted run continues where it stopped.
+
+An image that cannot be read (corrupt, truncated, not an image) is skipped, never aborting the
+run: it is returned in ``ExtractResult.errors`` and listed in ``<out>.errors.txt``.
+
+Per image: ``regions`` = the encoder's grid cells (H*W, C) float32, row-major; ``boxes`` = each
+cell's box ``x1, y1, x2, y2`` in pixels of the original image (so attention can be drawn on it).
+The store's ``meta`` records the encoder, input size, grid and preprocessing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import torch
+from PIL import Image
+
+from catcap.features.efficientnet import ImageEncoder, _spec, preprocess_image
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff")
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class ExtractResult:
+    """What a run did: ``extracted`` new images, ``skipped`` (already in the file), ``errors``
+    [(path, message)] of unreadable images, wall ``seconds``, ``out`` the feature file."""
+
+    out: Path
+    encoder: str
+    extracted: int = 0
+    skipped: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def images_per_second(self) -> float:
+        return self.extracted / self.seconds if self.seconds > 0 else 0.0
+
+
+def list_images(images: Union[PathLike, Sequence[PathLike]]) -> list[Path]:
+    """A folder (its image files, not recursive, sorted by name) or a list of paths -> paths."""
+    if isinstance(images, (str, os.PathLike)):
+        folder = Path(images)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"image folder {folder} does not exist (or is not a folder); "
+                                    "pass a folder of images or a list of image paths")
+        found = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        if not found:
+            raise ValueError(f"found no images in {folder}: expected files ending in "
+                             f"{', '.join(IMAGE_SUFFIXES)}; check the folder")
+        return found
+    return [Path(p) for p in images]
+
+
+class _ImageFiles(torch.utils.data.Dataset):
+    """(index, tensor or None, width, height, error) per path; runs in the worker processes."""
+
+    def __init__(self, paths: list[Path], input_size: int):
+        self.paths, self.input_size = paths, input_size
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        try:
+            with Image.open(self.paths[i]) as image:
+                image.load()  # decode now: a truncated or corrupt file fails here, in the worker
+                return i, preprocess_image(image, self.input_size), image.width, image.height, None
+        except Exception as err:  # noqa: BLE001 (any unreadable file is reported, not fatal)
+            return i, None, 0, 0, f"{type(err).__name__}: {err}"
+
+
+def _collate(items):
+    good = [it for it in items if it[4] is None]
+    batch = torch.stack([it[1] for it in good]) if good else None
+    return batch, [(it[0], it[2], it[3]) for it in good], [(it[0], it[4]) for it in items if it[4] is not None]
+
+
+def _worker_init(_: int) -> None:
+    torch.set_num_threads(1)  # decoding workers must not compete with inference for cores
+
+
+def extract_features(
+    images: Union[PathLike, Sequence[PathLike]],
+    out: PathLike,
+    encoder: Union[str, ImageEncoder] = "efficientnet-lite0",
+    *,
+    batch_size: int = 32,
+    workers: int = 2,
+    resume: bool = True,
+    overwrite: bool = False,
+    progress: bool = True,
+    keys: Optional[Mapping[str, str]] = None,
+    limit: Optional[int] = None,
+    log: Optional[Callable[[str], None]] = None,
+) -> ExtractResult:
+    """Extract grid features of ``images`` (a folder or a list of paths) into the HDF5 file ``out``.
+
+    ``keys`` maps an image path (as given) to its store key; by default the key is the file stem
+    (``1000268201_693b08cb0e.jpg`` -> ``1000268201_693b08cb0e``). ``limit`` keeps the first N
+    images. ``resume`` (default) appends to an existing ``out`` and skips its keys; with
+    ``resume=False`` an existing ``out`` is an error unless ``overwrite``.
+    """
+    from catcap.data.features import HDF5FeatureWriter
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    if out.suffix.lower() not in (".h5", ".hdf5"):
+        raise ValueError(f"expected an HDF5 output path ending in .h5 or .hdf5, found {out}; "
+                         "e.g. --out feats.h5")
+    if batch_size < 1 or workers < 0:
+        raise ValueError(f"expected batch_size >= 1 and workers >= 0, found {batch_size}, {workers}")
+    if isinstance(encoder, str):
+        _spec(encoder)  # an unknown name fails before any file is touched
+    paths = list_images(images)
+    if limit is not None:
+        paths = paths[:limit]
+    names = [(keys[str(p)] if keys is not None else p.stem) for p in paths]
+    seen: dict[str, Path] = {}
+    for p, k in zip(paths, names):
+        if k in seen:
+            raise ValueError(f"two images map to the key {k!r}: {seen[k]} and {p}; keys must be unique "
+                             "(rename one, or pass keys= with a mapping path -> key)")
+        seen[k] = p
+
+    enc = ImageEncoder(encoder) if isinstance(encoder, str) else encoder
+    result = ExtractResult(out=out, encoder=enc.name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with HDF5FeatureWriter(out, enc.channels, enc.meta, resume=resume, overwrite=overwrite) as writer:
+        done = writer.written_keys()
+        todo = [i for i, k in enumerate(names) if k not in done]
+        result.skipped = len(paths) - len(todo)
+        if log and result.skipped:
+            log(f"{result.skipped} of {len(paths)} images are already in {out}; extracting the other {len(todo)}")
+        loader = torch.utils.data.DataLoader(
+            _ImageFiles([paths[i] for i in todo], enc.input_size), batch_size=batch_size,
+            num_workers=workers, collate_fn=_collate, worker_init_fn=_worker_init if workers else None,
+            prefetch_factor=4 if workers else None)
+        bar = _progress(len(todo), enabled=progress)
+        try:
+            with torch.inference_mode():
+                for batch, ok, bad in loader:
+                    for j, message in bad:
+                        result.errors.append((str(paths[todo[j]]), message))
+                    if batch is not None:
+                        grid, _ = enc(batch)
+                        grid = grid.float().numpy()
+                        for row, (j, width, height) in enumerate(ok):
+                            writer.write(names[todo[j]], grid[row], enc.boxes(width, height))
+                        result.extracted += len(ok)
+                    bar.update(len(ok) + len(bad))
+                    if bad:
+                        bar.set_postfix(errors=len(result.errors))
+        finally:
+            bar.close()
+    _write_errors(out, result.errors)
+    result.seconds = time.perf_counter() - t0
+    if log and result.errors:
+        log(f"{len(result.errors)} images could not be read and were skipped; listed in "
+            f"{_errors_path(out)}")
+    return result
+
+
+def _progress(total: int, *, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="img", desc="extract", disable=not enabled, dynamic_ncols=True)
+
+
+def _errors_path(out: Path) -> Path:
+    return out.with_name(out.name + ".errors.txt")
+
+
+def _write_errors(out: Path, errors: list[tuple[str, str]]) -> None:
+    """``<out>.errors.txt``: one ``path<TAB>message`` line per unreadable image of this run
+    (removed when the run had none, so a stale list never outlives its fix)."""
+    path = _errors_path(out)
+    if not errors:
+        if path.exists():
+            path.unlink()
+        return
+    text = "".join(f"{p}\t{' '.join(m.split())}\n" for p, m in errors)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_errors(out: PathLike) -> list[tuple[str, str]]:
+    """The ``(path, message)`` list of ``<out>.errors.txt`` ([] when there is none)."""
+    path = _errors_path(Path(out))
+    if not path.exists():
+        return []
+    return [tuple(line.split("\t", 1)) for line in path.read_text(encoding="utf-8").splitlines() if line]
