@@ -184,12 +184,19 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
 
 def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | None = None, beam: int = 3,
             max_len: int = 20) -> list[tuple[str, str]]:
-    """Captions for images of a feature store, named by key or by an image path whose stem is
-    the key (e.g. ``runs/demo/world/images/12.png``). Returns [(item, caption)]."""
+    """Captions for images. A model trained on `catcap extract` features captions image files
+    from their pixels (the checkpoint records the encoder); otherwise items are keys of a
+    feature store or image paths whose stem is the key (e.g. ``runs/demo/world/images/12.png``).
+    Returns [(item, caption)]."""
     from catcap.captioner import Captioner
     from catcap.data.features import check_features, open_feature_store
 
     cap = Captioner.from_pretrained(checkpoint)
+    if cap.features_meta.get("encoder") and features is None and all(Path(i).is_file() for i in items):
+        texts = []
+        for i in range(0, len(items), 16):
+            texts += cap.generate(images=list(items[i:i + 16]), num_beams=beam, max_length=max_len)
+        return list(zip(items, texts))
     store = open_feature_store(features or cap.config.data.features)
     keys = [Path(item).stem for item in items]
     check_features(store, keys, cap.config.model.feature_dim)

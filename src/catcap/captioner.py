@@ -5,6 +5,7 @@
     cap.generate(features)                      # greedy, one caption per image
     cap.generate(features, num_beams=5, no_repeat_ngram_size=3)
     cap.generate(features, do_sample=True, top_p=0.9, num_return_sequences=5, seed=0)
+    cap.generate(images=["photo.jpg"])          # raw images, for models trained on `catcap extract` features
 
 Argument names follow Hugging Face ``generate`` where they exist.
 """
@@ -30,8 +31,11 @@ BAD_ENDINGS = ("a", "an", "the", "of", "with", "on", "in", "and", "to", "at", "f
 class Captioner:
     """A captioning model ready to caption features (B images, N regions, F width)."""
 
-    def __init__(self, model, vocab: Vocab, config: ExperimentConfig, device: torch.device):
+    def __init__(self, model, vocab: Vocab, config: ExperimentConfig, device: torch.device,
+                 features_meta: dict | None = None):
         self.model, self.vocab, self.config, self.device = model.eval(), vocab, config, device
+        self.features_meta = dict(features_meta or {})  # how the training features were made
+        self._encoder = None
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str = "auto") -> "Captioner":
@@ -42,7 +46,47 @@ class Captioner:
         dev = pick_device(device)
         model = make_model(cfg, vocab)
         model.load_state_dict(ckpt["weights"])
-        return cls(model.to(dev), vocab, cfg, dev)
+        return cls(model.to(dev), vocab, cfg, dev, ckpt.get("features"))
+
+    @property
+    def image_encoder(self):
+        """The image encoder that made this model's training features (from the checkpoint)."""
+        if self._encoder is None:
+            name = self.features_meta.get("encoder")
+            if not name:
+                raise ValueError("this checkpoint's training features were not made by a catcap image encoder "
+                                 f"(feature store meta: {self.features_meta or 'none'}), so it cannot caption raw "
+                                 "images; caption feature-store keys instead, or train on features from "
+                                 "`catcap extract`")
+            from catcap.features.efficientnet import ImageEncoder
+
+            self._encoder = ImageEncoder(name).to(self.device)
+            expected = {k: self.features_meta[k] for k in ("input_size", "channels") if k in self.features_meta}
+            found = {k: v for k, v in self._encoder.meta.items() if k in expected}
+            if expected != found:
+                raise ValueError(f"the checkpoint's features were made with {expected}, but encoder {name!r} "
+                                 f"here gives {found}; use the catcap version that extracted them")
+        return self._encoder
+
+    @torch.no_grad()
+    def image_features(self, images) -> list[np.ndarray]:
+        """Raw images (paths or PIL images) -> per-image grid features (H*W, C), exactly as
+        ``catcap extract`` computed this model's training features."""
+        from PIL import Image
+
+        encoder = self.image_encoder
+        batch = []
+        for item in images:
+            if isinstance(item, Image.Image):
+                batch.append(encoder.preprocess(item.convert("RGB")))
+                continue
+            try:
+                with Image.open(item) as im:
+                    batch.append(encoder.preprocess(im.convert("RGB")))
+            except (OSError, ValueError) as err:
+                raise ValueError(f"cannot read image {item}: {err}") from None
+        grid, _ = encoder(torch.stack(batch).to(self.device))
+        return [g.float().cpu().numpy() for g in grid]
 
     def _batch(self, features, feature_mask) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(features, (list, tuple)):
@@ -57,15 +101,20 @@ class Captioner:
         return features.to(self.device), torch.as_tensor(feature_mask, dtype=torch.bool).to(self.device)
 
     @torch.no_grad()
-    def generate(self, features, feature_mask=None, *, num_beams: int = 1, max_length: int = 16,
+    def generate(self, features=None, feature_mask=None, *, images=None, num_beams: int = 1, max_length: int = 16,
                  min_length: int = 0, length_penalty: float = 0.0, no_repeat_ngram_size: int = 0,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  num_return_sequences: int = 1, remove_bad_endings: bool = False,
                  seed: int | None = None) -> list[str] | list[list[str]]:
-        """Captions for features (B, N, F) tensor/array or a list of (N_i, F) arrays.
+        """Captions for features (B, N, F) tensor/array or a list of (N_i, F) arrays, or for
+        ``images`` (paths or PIL images; the checkpoint's image encoder makes their features).
 
         Returns one string per image, or a list of ``num_return_sequences`` strings per image.
         """
+        if (features is None) == (images is None):
+            raise ValueError("pass either features or images= to generate")
+        if images is not None:
+            features, feature_mask = self.image_features(images), None
         feats, mask = self._batch(features, feature_mask)
         v = self.vocab
         bad = [v.id(w) for w in BAD_ENDINGS if w in v] if remove_bad_endings else []

@@ -46,11 +46,14 @@ example:
 
 
 CAPTION_HELP = """\
-Caption images with a trained model. Name images by their key in the feature store or by an
-image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
-(Captioning raw photos through an image encoder arrives with the real-image issue.)
+Caption images with a trained model. A model trained on features from `catcap extract`
+captions photo files directly: the checkpoint records the image encoder and its
+preprocessing, and the photos go through exactly that. For other models (e.g. the built-in
+world's detector-like features) name images by their key in the feature store or by an image
+file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
 
 example:
+  catcap caption --checkpoint runs/flickr8k/cat/best my_photo.jpg another.jpg
   catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
 """
 

@@ -62,14 +62,16 @@ def unflatten_tensors(tree: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: dict, vocab: dict,
-                    trainer: dict | None = None) -> Path:
-    """Write a checkpoint directory atomically (replacing an existing one)."""
+                    trainer: dict | None = None, features: dict | None = None) -> Path:
+    """Write a checkpoint directory atomically (replacing an existing one). ``features``: the
+    training feature store's meta (which image encoder and preprocessing made the features),
+    kept in config.json so that the model can later caption raw images the same way."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-        _write_json(tmp / "config.json", {"format": FORMAT, "config": config})
+        _write_json(tmp / "config.json", {"format": FORMAT, "config": config, "features": features or {}})
         _write_json(tmp / "vocab.json", vocab)
         if trainer is not None:
             tensors: dict[str, torch.Tensor] = {}
@@ -107,7 +109,8 @@ class CheckpointError(ValueError):
 
 
 def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dict:
-    """Read a checkpoint: {"weights", "config", "vocab"[, "trainer"]} (no pickle is loaded)."""
+    """Read a checkpoint: {"weights", "config", "vocab", "features"[, "trainer"]} (no pickle is
+    loaded); ``features`` is the feature store's meta ({} when not recorded)."""
     directory = Path(directory)
     _recover(directory)
     needed = ["model.safetensors", "config.json", "vocab.json"] + (["trainer.json", "trainer.safetensors"] if with_trainer else [])
@@ -118,7 +121,8 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{directory}/config.json: expected format {FORMAT}, found {meta.get('format')!r}")
     out = {"weights": load_file(str(directory / "model.safetensors")), "config": meta["config"],
-           "vocab": json.loads((directory / "vocab.json").read_text(encoding="utf-8"))}
+           "vocab": json.loads((directory / "vocab.json").read_text(encoding="utf-8")),
+           "features": meta.get("features") or {}}
     if with_trainer:
         tensors = load_file(str(directory / "trainer.safetensors"))
         out["trainer"] = unflatten_tensors(json.loads((directory / "trainer.json").read_text(encoding="utf-8")), tensors)

@@ -135,7 +135,7 @@ class Trainer:
         if self.awc is not None:
             trainer["awc"] = self.awc.state_dict()
         save_checkpoint(self.out / name, model=self.model, config=to_dict(self.cfg),
-                        vocab=self.data.vocab.to_dict(), trainer=trainer)
+                        vocab=self.data.vocab.to_dict(), trainer=trainer, features=dict(self.data.store.meta))
 
     def _log_json(self, record: dict) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
