@@ -18,13 +18,22 @@ example:
 TRAIN_HELP = """\
 Train a captioner from an experiment config (YAML) plus key=value overrides.
 Unknown keys and wrong types are rejected with the valid choices before anything runs.
-Checkpoints (safetensors + JSON, written atomically) and log.jsonl go to out_dir;
---resume continues from out_dir/last exactly where it stopped.
+Checkpoints (safetensors + JSON, written atomically), log.jsonl and training.png go to
+out_dir; --resume continues from out_dir/last exactly where it stopped.
+
+Models: model.cross_attention=vanilla|caca|light_caca (Transformer, CAT, LightCAT; options
+under model.history), train.awc.enabled=true adds CAT's adaptive weight constraint.
+Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the CIDEr-D
+reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights).
+See docs/cat.md and docs/scst.md.
 
 examples:
   catcap train --config configs/experiments/demo.yaml
   catcap train --config configs/experiments/demo.yaml train.epochs=3 model.d_model=64
   catcap train --config configs/experiments/demo.yaml --resume
+  catcap train --config configs/experiments/demo.yaml model.cross_attention=caca train.awc.enabled=true
+  catcap train --config configs/experiments/demo_scst.yaml          # SCST from the demo's model
+  catcap train --config configs/models/cat.yaml data.dataset=D.json data.features=F.h5
 """
 
 
