@@ -19,7 +19,6 @@ import json
 import statistics
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch

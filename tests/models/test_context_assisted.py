@@ -171,14 +171,14 @@ def test_blockwise_attention_equals_one_softmax_over_the_concatenation(group):
     """attend_regions + attend_after_regions (eval path) == attend_with_history (dropout path)
     == plain softmax over [regions; history] keys, per row."""
     from catcap.models.attention import KeyValue
-    from catcap.models.cross.history import Keys, attend_after_regions, attend_regions, attend_with_history
+    from catcap.models.cross.history import attend_after_regions, attend_regions, attend_with_history
 
     torch.manual_seed(3)
     b, h, t, n, m, d_k = 2, 2, 4, 5, 6, 3
     rows = b * group
     q = torch.randn(rows, h, t, d_k)
-    regions = Keys.from_kv(KeyValue(torch.randn(b, h, n, d_k), torch.randn(b, h, n, d_k)))
-    history = Keys.from_kv(KeyValue(torch.randn(rows, h, m, d_k), torch.randn(rows, h, m, d_k)))
+    regions = KeyValue(torch.randn(b, h, n, d_k), torch.randn(b, h, n, d_k))
+    history = KeyValue(torch.randn(rows, h, m, d_k), torch.randn(rows, h, m, d_k))
     region_mask = torch.tensor([[True] * n, [True, True, False, False, False]])
     history_mask = torch.rand(rows, 1, t, m) > 0.4
     history_mask[..., 0] = True

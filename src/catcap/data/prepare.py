@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,7 +39,7 @@ import numpy as np
 
 from catcap.data.karpathy import ImageRecord, KarpathyFormatError, load_karpathy
 from catcap.data.vocab import Vocab, write_text_atomic
-from catcap.metrics.docfreq import DocumentFrequency
+from catcap.metrics.docfreq import DocumentFrequency, write_npz_atomic
 
 __all__ = ["PrepareError", "prepare_dataset", "df_cache_name", "references_fingerprint", "load_captions",
            "CAPTIONS_FORMAT"]
@@ -99,7 +98,7 @@ def prepare_dataset(karpathy_json: str | Path, out_dir: str | Path, min_count: i
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab.to_json(out_dir / "vocab.json")
     arrays, stats = _encode(train, vocab, max_len)
-    _save_npz(out_dir / "captions.npz", arrays)
+    write_npz_atomic(out_dir / "captions.npz", arrays)
 
     refs = [r.captions for r in train]
     name = df_cache_name(karpathy_json, train_split, refs)
@@ -195,17 +194,6 @@ def _length_stats(words: np.ndarray) -> dict:
         return {}
     return {"min": int(words.min()), "mean": round(float(words.mean()), 3), "median": round(float(np.median(words)), 3),
             "p95": round(float(np.percentile(words, 95)), 3), "max": int(words.max())}
-
-
-def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _json(data) -> str:

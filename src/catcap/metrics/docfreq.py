@@ -102,14 +102,7 @@ class DocumentFrequency:
         arrays = {"format": np.array(FORMAT), "num_docs": np.array(self.num_docs), "words": _words_array(self.words)}
         for k, (g, d) in enumerate(zip(self.grams, self.df), start=1):
             arrays[f"grams_{k}"], arrays[f"df_{k}"] = g, d
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent or ".")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_npz_atomic(path, arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "DocumentFrequency":
@@ -128,6 +121,20 @@ class DocumentFrequency:
             if isinstance(err, MetricInputError):
                 raise
             raise MetricInputError(f"{path}: not a readable document-frequency file ({err}); expected a .npz written by DocumentFrequency.save") from err
+
+
+def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez_compressed`` into a temp file in the same folder, then ``os.replace``: a
+    killed process leaves the old file or the new one, never half of one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _kind(token) -> str:

@@ -34,6 +34,11 @@ class KeyValue:
         """Rows ``index`` of the batch (beam reordering)."""
         return KeyValue(self.k.index_select(0, index), self.v.index_select(0, index))
 
+    def contiguous(self) -> "KeyValue":
+        """Contiguous copies of the head-split views, so that ``q @ k^T`` reads the keys as a
+        transposed matrix instead of copying them on every call (CACA's decoding memory)."""
+        return KeyValue(self.k.contiguous(), self.v.contiguous())
+
     @property
     def length(self) -> int:
         return self.k.shape[2]

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend
-from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, Keys, _group_rows, _ungroup_rows,
+from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, _group_rows, _ungroup_rows,
                                          attend_after_regions, attend_regions, attend_with_history)
 from catcap.registry import CROSS_ATTENTION
 
@@ -46,11 +46,11 @@ STRATEGIES = ("chc", "ihc", "ohc")
 @dataclass
 class PreparedRegions:
     """Region keys/values, once per image: ``first`` (B, H, N, d_k) for the first pass (SDPA),
-    ``final`` for the final pass in the matmul-ready :class:`Keys` layout (from the same
+    ``final`` for the final pass, made contiguous (:meth:`KeyValue.contiguous`) (from the same
     projection when weights are shared; None for OHC, which ignores regions)."""
 
     first: KeyValue | None
-    final: Keys | None
+    final: KeyValue | None
 
 
 def history_mask(query_mask: Tensor, strategy: str) -> Tensor:
@@ -88,8 +88,8 @@ class _WithHistory(nn.Module):
     def init_cache(self, rows: int) -> HistoricalContextMemory:
         return HistoricalContextMemory()
 
-    def _final(self, q: Tensor, qh: Tensor, regions: Keys | None, memory_mask: Tensor,
-               history: Keys | None, mask: Tensor | None, attn: MultiHeadAttention, group: int):
+    def _final(self, q: Tensor, qh: Tensor, regions: KeyValue | None, memory_mask: Tensor,
+               history: KeyValue | None, mask: Tensor | None, attn: MultiHeadAttention, group: int):
         """c = q + MHA over [regions; history] -> (c, extras). Without attention dropout the
         regions and the history are attended block by block (same result, no concatenation)."""
         if self._p == 0.0 and self.strategy != "ohc":
@@ -99,7 +99,7 @@ class _WithHistory(nn.Module):
                                       history, mask, group, self._p)
         return q + self.dropout(attn.merge(out.heads)), _extras(out)
 
-    def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> Keys | None:
+    def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> KeyValue | None:
         """The entries the current step attends to: up to t-1 for ``ihc``, up to t otherwise."""
         return before.keys if self.strategy == "ihc" else after.keys
 
@@ -124,7 +124,7 @@ class ContextAssistedCrossAttention(_WithHistory):
         first = self.attn.project_kv(memory)
         if self.strategy == "ohc":
             return PreparedRegions(first, None)
-        return PreparedRegions(first, Keys.from_kv(first if self.shared else self.final_attn.project_kv(memory)))
+        return PreparedRegions(first, (first if self.shared else self.final_attn.project_kv(memory)).contiguous())
 
     def _final_query(self, q: Tensor, qh: Tensor) -> Tensor:
         return qh if self.shared else self.final_attn.project_q(self.final_norm(q))
@@ -179,14 +179,14 @@ class ContextAssistedCrossAttention(_WithHistory):
         final_norm, final_attn = self._final_parts()
         return final_attn.project_kv(final_norm(c_tmp) if self.normalize else c_tmp)
 
-    def _entry(self, c_tmp: Tensor) -> Keys:
-        return Keys.from_kv(self._entry_kv(c_tmp))
+    def _entry(self, c_tmp: Tensor) -> KeyValue:
+        return self._entry_kv(c_tmp).contiguous()
 
     def _shared_passes(self, q, qh, prepared: PreparedRegions, memory_mask, history_of, mask, group):
         """Shared-weight CACA with one set of region scores (:func:`attend_regions`, then
         :func:`attend_after_regions`); ``history_of(c_tmp)`` gives the history keys the final
         pass reads. -> (c, extras, c_tmp)."""
-        regions = Keys.from_kv(prepared.first) if prepared.final is None else prepared.final
+        regions = prepared.first.contiguous() if prepared.final is None else prepared.final
         first = attend_regions(qh, regions, memory_mask, group)
         c_tmp = q + self.dropout(self.attn.merge(first.heads))
         out = attend_after_regions(qh, first, history_of(c_tmp), mask, self.strategy != "ohc")
@@ -199,7 +199,7 @@ class LightContextAssistedCrossAttention(_WithHistory):
 
     def prepare(self, memory: Tensor) -> PreparedRegions:
         """(B, N, D) -> region keys/values, once per image (None for OHC)."""
-        return PreparedRegions(None, None if self.strategy == "ohc" else Keys.from_kv(self.attn.project_kv(memory)))
+        return PreparedRegions(None, None if self.strategy == "ohc" else self.attn.project_kv(memory).contiguous())
 
     def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None,
                 group: int = 1):
@@ -209,7 +209,7 @@ class LightContextAssistedCrossAttention(_WithHistory):
             query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
         q_ln = self.norm(q)
         qh = self.attn.project_q(q_ln)
-        return self._final(q, qh, prepared.final, memory_mask, Keys.from_kv(self.attn.project_kv(q_ln if self.normalize else q)),
+        return self._final(q, qh, prepared.final, memory_mask, self.attn.project_kv(q_ln if self.normalize else q).contiguous(),
                            history_mask(query_mask, self.strategy), self.attn, group)
 
     def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):

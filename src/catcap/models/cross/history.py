@@ -25,41 +25,15 @@ from catcap.models.attention import KeyValue
 
 
 @dataclass
-class Keys:
-    """Projected keys and values, each (rows, H, M, d_k) and contiguous, so that ``q @ k^T``
-    reads the keys as a transposed matrix without copying them (the head-split views that
-    :meth:`MultiHeadAttention.project_kv` returns would be copied on every decoding step) and
-    a growing history appends whole rows of d_k numbers."""
-
-    k: Tensor
-    v: Tensor
-
-    @classmethod
-    def from_kv(cls, kv: KeyValue) -> "Keys":
-        return cls(kv.k.contiguous(), kv.v.contiguous())
-
-    def cat(self, other: "Keys") -> "Keys":
-        """Append ``other``'s entries (a growing history)."""
-        return Keys(torch.cat([self.k, other.k], dim=2), torch.cat([self.v, other.v], dim=2))
-
-    def index_select(self, index: Tensor) -> "Keys":
-        return Keys(self.k.index_select(0, index), self.v.index_select(0, index))
-
-    @property
-    def length(self) -> int:
-        return self.k.shape[2]
-
-
-@dataclass
 class HistoricalContextMemory:
     """The HCM of one CACA layer during decoding: the projected keys/values of the history
     entries of every hypothesis (R rows, t entries); ``None`` before the first step."""
 
-    keys: Keys | None = None
+    keys: KeyValue | None = None
 
     def appended(self, entry: KeyValue) -> "HistoricalContextMemory":
         """The memory with one more entry per row (``entry`` is (R, H, 1, d_k))."""
-        new = Keys.from_kv(entry)
+        new = entry.contiguous()
         return HistoricalContextMemory(new if self.keys is None else self.keys.cat(new))
 
     def index_select(self, index: Tensor) -> "HistoricalContextMemory":
@@ -95,12 +69,12 @@ def _ungroup_rows(x: Tensor, g: int) -> Tensor:
     return x.view(b, h, g, gt // g, k).transpose(1, 2).reshape(b * g, h, gt // g, k)
 
 
-def attend_with_history(q: Tensor, regions: Keys | None, region_mask: Tensor | None,
-                        history: Keys | None, history_mask: Tensor | None, group: int = 1,
+def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor | None,
+                        history: KeyValue | None, history_mask: Tensor | None, group: int = 1,
                         dropout: float = 0.0) -> HistoryAttention:
     """One softmax over regions and history.
 
-    q (R, H, T, d_k); regions: keys of B images (N each) with region_mask (B, N), or None
+    q (R, H, T, d_k); regions: contiguous keys of B images (N each) with region_mask (B, N), or None
     (OHC); history: keys of R rows (M each) with history_mask broadcastable to (R, 1, T, M) or
     None (all allowed), or history None (no entries yet). Every query must be allowed a key.
     """
@@ -140,7 +114,7 @@ class RegionPass:
     log_norm: Tensor
 
 
-def attend_regions(q: Tensor, regions: Keys, region_mask: Tensor, group: int = 1) -> RegionPass:
+def attend_regions(q: Tensor, regions: KeyValue, region_mask: Tensor, group: int = 1) -> RegionPass:
     """First pass: softmax(q K_X^T / sqrt(d_k)) V_X, keeping what :func:`attend_after_regions`
     needs. q (R, H, T, d_k); regions of B images with region_mask (B, N)."""
     b, scale = regions.k.shape[0], 1.0 / math.sqrt(q.shape[-1])
@@ -151,7 +125,7 @@ def attend_regions(q: Tensor, regions: Keys, region_mask: Tensor, group: int = 1
     return RegionPass(_ungroup_rows(alpha @ regions.v, group), _ungroup_rows(alpha, group), _ungroup_rows(log_norm, group))
 
 
-def attend_after_regions(q: Tensor, first: RegionPass, history: Keys | None, history_mask: Tensor | None,
+def attend_after_regions(q: Tensor, first: RegionPass, history: KeyValue | None, history_mask: Tensor | None,
                          regions_in_final: bool = True) -> HistoryAttention:
     """CACA's final pass with shared weights, reusing the first pass (no dropout).
 
