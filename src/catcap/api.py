@@ -241,12 +241,19 @@ def prepare(dataset: str | Path, out_dir: str | Path, *, min_count: int = 5, max
     return prepare_dataset(dataset, out_dir, min_count=min_count, max_len=max_len, train_split=train_split)
 
 
-def extract(images, out: str | Path, *, encoder: str = "efficientnet-lite0", batch_size: int = 32,
+def extract(images, out: str | Path, *, encoder: str = "efficientnet-lite0", backend: str = "torch",
+            dataset: str | Path | None = None, batch_size: int = 32,
             workers: int = 2, limit: int | None = None, restart: bool = False, progress: bool = True,
             log=None):
     """Image features (EfficientNet-Lite grid) of a folder or list of images into the HDF5 store
-    ``out``; continues an existing ``out`` unless ``restart``. Returns an ``ExtractResult``."""
-    from catcap.features.extract import extract_features
+    ``out``; continues an existing ``out`` unless ``restart``. ``backend``: ``torch`` or ``onnx``
+    (ONNX Runtime). With ``dataset`` (a Karpathy-format JSON), ``images`` is the folder of its
+    files: exactly the dataset's images are extracted, keyed by image id as ``catcap train``
+    expects. Returns an ``ExtractResult``."""
+    from catcap.features.extract import dataset_images, extract_features
 
-    return extract_features(images, out, encoder, batch_size=batch_size, workers=workers,
+    keys = None
+    if dataset is not None:
+        images, keys = dataset_images(dataset, images)
+    return extract_features(images, out, encoder, backend=backend, keys=keys, batch_size=batch_size, workers=workers,
                             resume=not restart, overwrite=restart, limit=limit, progress=progress, log=log)

@@ -21,3 +21,11 @@ def lite0():
     from catcap.features import ImageEncoder
 
     return ImageEncoder("efficientnet-lite0")
+
+
+@pytest.fixture(scope="session")
+def onnx_cache_root(tmp_path_factory):
+    """A CATCAP_CACHE_DIR for the ONNX tests (the export lands in <root>/onnx, once per session)."""
+    pytest.importorskip("onnxruntime", reason='pip install "catcap[onnx]"')
+    pytest.importorskip("onnxscript", reason='pip install "catcap[onnx]"')
+    return tmp_path_factory.mktemp("catcap-cache")
