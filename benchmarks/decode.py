@@ -11,6 +11,13 @@ alike. Prints one JSON line per model and thread count:
 plus the minimum of each and, for every model but the first, its ratio to the first).
 
 Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models transformer cat lightcat]
+       python benchmarks/decode.py --device cuda --precision fp32 bf16 --models transformer cat lightcat
+
+On a GPU (``--device cuda``) every timing is bracketed by ``torch.cuda.synchronize()``; with
+``--precision bf16`` (or fp16) decoding and the training step's forward run under autocast
+(``catcap.training.precision``; fp16 with its gradient scaler), as ``catcap train`` runs them.
+The paper's numbers (TITAN Xp, 50 images): Transformer 4.7 ms greedy / 63.9 ms beam,
+CAT 6.1 / 86.6 ms.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from catcap.models.builders import build_captioner
 from catcap.training.awc import make_awc
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.losses import cross_entropy
+from catcap.training.precision import Precision
 from catcap.training.setup import make_optimizer
 
 V, B, N, F, T = 10000, 50, 50, 2048, 16
@@ -38,15 +46,18 @@ PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
 class Bench:
     """One preset's model, optimizer and timed jobs on shared inputs."""
 
-    def __init__(self, name: str, inputs):
-        self.name = name
+    def __init__(self, name: str, inputs, device: torch.device, precision: str = "fp32"):
+        self.name, self.device = name, device
         cfg = load_config(ExperimentConfig, PRESETS / f"{name}.yaml")
         torch.manual_seed(0)
-        self.model = build_captioner(cfg.model, V)
+        self.model = build_captioner(cfg.model, V).to(device)
         self.awc = make_awc(cfg)
-        params = list(self.model.parameters()) + (list(self.awc.parameters()) if self.awc else [])
-        self.opt = make_optimizer(params, torch.device("cpu"), lr=1e-4)
-        self.feats, self.mask, self.captions = inputs
+        if self.awc is not None:
+            self.awc.to(device)
+        self.params = list(self.model.parameters()) + (list(self.awc.parameters()) if self.awc else [])
+        self.opt = make_optimizer(self.params, device, lr=1e-4)
+        self.precision = Precision(precision, device)
+        self.feats, self.mask, self.captions = (x.to(device) for x in inputs)
         self.no_eos = build_processors(self.model.eos_id, suppress_eos=True)
 
     def greedy(self):
@@ -57,19 +68,24 @@ class Bench:
 
     def _decode(self, fn, **kw):
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), self.precision.autocast():
             fn(self.model, self.feats, self.mask, max_len=T, processors=self.no_eos, **kw)
 
     def train_step(self):
         self.model.train()
         cmask = torch.ones_like(self.captions, dtype=torch.bool)
-        logits, extras = self.model(self.feats, self.mask, self.captions, cmask)
-        loss = cross_entropy(logits, self.captions[:, 1:], cmask[:, 1:])
-        if self.awc is not None:
-            loss = loss + self.awc(extras, cmask[:, :-1])
+        with self.precision.autocast():
+            logits, extras = self.model(self.feats, self.mask, self.captions, cmask)
+            loss = cross_entropy(logits, self.captions[:, 1:], cmask[:, 1:])
+            if self.awc is not None:
+                loss = loss + self.awc(extras, cmask[:, :-1])
         self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
+        self.precision.backward(loss)
+        self.precision.step(self.opt, self.params, 0.0)
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
 
 def interleaved(benches: list[Bench], job: str, repeats: int) -> dict[str, list[float]]:
@@ -77,10 +93,13 @@ def interleaved(benches: list[Bench], job: str, repeats: int) -> dict[str, list[
     times = {b.name: [] for b in benches}
     for b in benches:
         getattr(b, job)()  # warm-up
+        b.sync()
     for _ in range(repeats):
         for b in benches:
+            b.sync()
             start = time.perf_counter()
             getattr(b, job)()
+            b.sync()
             times[b.name].append(time.perf_counter() - start)
     return times
 
@@ -91,13 +110,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", nargs="+", default=["transformer"],
                         help="model presets (configs/models/NAME.yaml), e.g. transformer cat lightcat")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16", "fp16"])
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.manual_seed(0)
     feats, mask = torch.randn(B, N, F), torch.ones(B, N, dtype=torch.bool)
     captions = torch.randint(4, V, (B, T + 2))
     captions[:, 0], captions[:, -1] = 1, 2
-    benches = [Bench(name, (feats, mask, captions)) for name in args.models]
-    for threads in args.threads:
+    if device.type == "cuda":
+        print(json.dumps({"device": torch.cuda.get_device_name(device), "torch": torch.__version__}), flush=True)
+    for precision in args.precision:
+        benches = [Bench(name, (feats, mask, captions), device, precision) for name in args.models]
+        run(benches, args, precision)
+
+
+def run(benches: list[Bench], args, precision: str) -> None:
+    for threads in args.threads if args.device == "cpu" else [torch.get_num_threads()]:
         torch.set_num_threads(threads)
         timed = {job: interleaved(benches, job, args.repeats) for job in ("greedy", "beam", "train_step")}
         first = benches[0].name
@@ -108,7 +137,7 @@ def main() -> None:
                 result[f"{job}_s"], result[f"{job}_min_s"] = round(median, 4), round(min(timed[job][b.name]), 4)
                 if b.name != first:
                     result[f"{job}_ratio"] = round(median / statistics.median(timed[job][first]), 3)
-            result["threads"] = threads
+            result["threads"], result["device"], result["precision"] = threads, args.device, precision
             print(json.dumps(result), flush=True)
 
 

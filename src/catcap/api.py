@@ -102,7 +102,13 @@ def train(config: str | Path | None, overrides: Sequence[str] = (), *, resume: b
     """Train the experiment; returns the final position (steps, best CIDEr-D)."""
     from catcap.training.loop import Trainer
 
-    return Trainer(load_experiment(config, overrides), resume=resume, log=log).fit()
+    from catcap.training.distributed import teardown
+
+    trainer = Trainer(load_experiment(config, overrides), resume=resume, log=log)
+    try:
+        return trainer.fit()
+    finally:
+        teardown(trainer.dist)
 
 
 def plot_training(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -158,17 +164,19 @@ def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch
 
 def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: int = 5, max_len: int = 20,
                         metrics=None, dataset: str | None = None, features: str | None = None,
-                        save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None):
+                        save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
+                        device: str = "auto"):
     """Caption a split with a trained model and score it like a COCO result file.
 
-    Returns (Evaluation, results); ``save_results`` writes the COCO-format results.
+    Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
+    ``device``: auto | cpu | cuda.
     """
     from catcap.captioner import Captioner
     from catcap.data.datasets import validate_dataset
     from catcap.data.features import open_feature_store
     from catcap.data.karpathy import load_karpathy
 
-    cap = Captioner.from_pretrained(checkpoint)
+    cap = Captioner.from_pretrained(checkpoint, device=device)
     dataset = dataset or cap.config.data.dataset
     features = features or cap.config.data.features
     records = load_karpathy(dataset, [split])[split]
@@ -183,7 +191,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
 
 
 def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | None = None, beam: int = 3,
-            max_len: int = 20) -> list[tuple[str, str]]:
+            max_len: int = 20, device: str = "auto") -> list[tuple[str, str]]:
     """Captions for images. A model trained on `catcap extract` features captions image files
     from their pixels (the checkpoint records the encoder); otherwise items are keys of a
     feature store or image paths whose stem is the key (e.g. ``runs/demo/world/images/12.png``).
@@ -191,7 +199,7 @@ def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | Non
     from catcap.captioner import Captioner
     from catcap.data.features import check_features, open_feature_store
 
-    cap = Captioner.from_pretrained(checkpoint)
+    cap = Captioner.from_pretrained(checkpoint, device=device)
     if cap.features_meta.get("encoder") and features is None and all(Path(i).is_file() for i in items):
         texts = []
         for i in range(0, len(items), 16):

@@ -23,7 +23,8 @@ from catcap.data.vocab import Vocab
 from catcap.decoding import beam_search, build_processors, greedy, sample
 from catcap.training.checkpoint import load_checkpoint
 from catcap.training.experiment import ExperimentConfig
-from catcap.training.setup import make_model, pick_device
+from catcap.training.distributed import pick_device
+from catcap.training.setup import make_model
 
 BAD_ENDINGS = ("a", "an", "the", "of", "with", "on", "in", "and", "to", "at", "for", "its", "his", "her")
 

@@ -57,6 +57,8 @@ def register(sub) -> None:
     ev.add_argument("--checkpoint", metavar="DIR", help="caption --split (default test) of the checkpoint's dataset "
                     "with this trained model, then score it")
     ev.add_argument("--beam", type=int, default=5, help="with --checkpoint: beam size (default 5)")
+    ev.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="with --checkpoint: where the model runs (default auto: CUDA when there is one)")
     ev.add_argument("--save-results", metavar="RESULTS.json", help="with --checkpoint: write the COCO-format results")
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
@@ -78,7 +80,7 @@ def cmd_evaluate(args) -> int:
     if args.checkpoint:
         ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=args.beam, metrics=args.metrics,
                                         dataset=args.refs, save_results=args.save_results, corenlp_dir=args.corenlp,
-                                        log=log_to_stderr(args.quiet))
+                                        log=log_to_stderr(args.quiet), device=args.device)
         print_table(ev)
         if args.output:
             api.write_json_atomic(args.output, ev.to_json())

@@ -27,8 +27,15 @@ Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the
 reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights).
 See docs/cat.md and docs/scst.md.
 
+Scale: `torchrun --nproc_per_node=N -m catcap train --config ...` trains on N processes (GPUs
+with nccl, CPU processes with gloo); train.batch_size stays the global batch. --precision bf16
+or fp16 (with a gradient scaler), train.accumulate=K micro-batches per step, train.compile=true.
+See docs/distributed.md.
+
 examples:
   catcap train --config configs/experiments/demo.yaml
+  catcap train --config configs/experiments/coco_cat.yaml --device cuda --precision bf16
+  torchrun --standalone --nproc_per_node=4 -m catcap train --config configs/experiments/coco_cat.yaml
   catcap train --config configs/experiments/demo.yaml train.epochs=3 model.d_model=64
   catcap train --config configs/experiments/demo.yaml --resume
   catcap train --config configs/experiments/demo.yaml model.cross_attention=caca train.awc.enabled=true
@@ -112,6 +119,7 @@ def register(sub) -> None:
     cap.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint written by catcap train")
     cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
     cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
+    cap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default auto)")
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image keys or image files named by key")
     cap.set_defaults(func=cmd_caption)
     demo = sub.add_parser("demo", help="world -> train -> evaluate, in a few minutes", description=DEMO_HELP,
@@ -138,6 +146,10 @@ def register(sub) -> None:
         p = sub.add_parser(name, help=helptext, description=TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--config", metavar="FILE.yaml", help="experiment config (defaults if omitted)")
         p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.epochs=3")
+        p.add_argument("--device", choices=["auto", "cpu", "cuda"],
+                       help="where to train (= train.device; default auto: CUDA when there is one)")
+        p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                       help="= train.precision: fp32 (default), bf16 autocast, fp16 autocast + gradient scaler")
         if name == "train":
             p.add_argument("--resume", action="store_true", help="continue from out_dir/last")
         p.set_defaults(func=func)
@@ -152,10 +164,16 @@ def cmd_synth(args) -> int:
     return 0
 
 
+def _with_flags(args) -> list[str]:
+    """The overrides plus --device / --precision (the flags win over a key=value of the same key)."""
+    extra = [f"train.{k}={v}" for k, v in (("device", args.device), ("precision", args.precision)) if v]
+    return list(args.overrides) + extra
+
+
 def cmd_validate(args) -> int:
     from catcap import api
 
-    cfg = api.load_experiment(args.config, args.overrides)
+    cfg = api.load_experiment(args.config, _with_flags(args))
     print(api.config_yaml(cfg), end="")
     print("config OK", file=sys.stderr)
     return 0
@@ -164,9 +182,14 @@ def cmd_validate(args) -> int:
 def cmd_train(args) -> int:
     from catcap import api
 
-    pos = api.train(args.config, args.overrides, resume=args.resume)
+    from catcap.training.distributed import is_main_process
+
+    overrides = _with_flags(args)
+    pos = api.train(args.config, overrides, resume=args.resume)
+    if not is_main_process():  # under torchrun, rank 0 reports
+        return 0
     print(f"done: {pos.step} steps, best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})")
-    out_dir = api.load_experiment(args.config, args.overrides).out_dir
+    out_dir = api.load_experiment(args.config, overrides).out_dir
     print(f"training curves: {api.plot_training(out_dir)}")
     return 0
 
@@ -196,6 +219,7 @@ def cmd_demo(args) -> int:
 def cmd_caption(args) -> int:
     from catcap import api
 
-    for item, text in api.caption(args.checkpoint, args.images, features=args.features, beam=args.beam):
+    for item, text in api.caption(args.checkpoint, args.images, features=args.features, beam=args.beam,
+                                  device=args.device):
         print(f"{item}: {text}")
     return 0

@@ -26,7 +26,13 @@ class TrainConfig:
     ``init_from`` = an XE checkpoint whose weights and vocabulary start the run); or
     ``xe_then_scst`` (switch when validation CIDEr-D stalls, ``scst.switch_patience``).
     ``val_beam``: beam size of validation decoding (1 = greedy; the paper evaluates with 5).
-    ``awc`` also applies during SCST only when ``scst`` is asked to keep it (off by default)."""
+    ``awc`` also applies during SCST only when ``scst`` is asked to keep it (off by default).
+    ``device``: auto (CUDA when available) | cpu | cuda. ``precision``: fp32 | bf16 | fp16
+    (autocast; fp16 with a gradient scaler; ``catcap.training.precision``). ``accumulate``: each
+    global batch is split into this many micro-batches per process, gradients summed (the
+    step equals the full batch's). ``compile``: ``torch.compile`` the captioner's training
+    forward. Under torchrun, ``batch_size`` is the global batch over all processes
+    (``catcap.training.distributed``)."""
 
     epochs: int = 30
     batch_size: int = 50
@@ -47,6 +53,9 @@ class TrainConfig:
     scst: SCSTConfig = field(default_factory=SCSTConfig)
     init_from: str = ""
     val_beam: int = 1
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    accumulate: int = 1
+    compile: bool = False
 
 
 @dataclass
@@ -60,6 +69,10 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self):
+        if self.train.accumulate < 1:
+            from catcap.config import ConfigError
+
+            raise ConfigError(f"train.accumulate must be >= 1 (micro-batches per step), found {self.train.accumulate}")
         if self.train.awc.enabled and self.model.cross_attention not in HISTORY_VARIANTS:
             from catcap.config import ConfigError
 

@@ -11,6 +11,13 @@ with (seed, e), so a resumed run sees the same batches; dropout uses the global 
 whose state (with numpy's and Python's) is saved in every checkpoint; the DataLoader gets
 its own generator so that creating it does not consume the global RNG. A run killed at any
 step and resumed from its last checkpoint ends with the same weights as an uninterrupted run.
+
+Scale (``catcap.training.distributed``, ``precision``): under torchrun each process takes its
+share of every global batch and DistributedDataParallel (around :class:`Objective`, the
+captioner + AWC) averages the gradients; ``train.accumulate`` splits a process's share into
+micro-batches; ``train.precision`` runs forward passes under autocast (fp16 with a gradient
+scaler). Losses are weighted by their share of the global batch's tokens, captions or images,
+so one step equals a one-process step on the whole batch.
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
@@ -30,14 +40,16 @@ from catcap.config import to_dict
 from catcap.data.collate import collate_captions, collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
-from catcap.training.awc import history_stats, make_awc
+from catcap.training.awc import make_awc
 from catcap.training.checkpoint import load_checkpoint, save_checkpoint
+from catcap.training.distributed import all_sum, barrier, gather_rng_states, setup_distributed
 from catcap.training.experiment import ExperimentConfig
-from catcap.training.losses import cross_entropy
+from catcap.training.objective import Objective, count_targets, uses_all_parameters
+from catcap.training.precision import Precision
 from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
 from catcap.training.scst import scst_loss
-from catcap.training.setup import make_model, make_optimizer, pick_device, prepare_data, seed_everything
+from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything
 from catcap.training.validate import validate
 
 
@@ -62,6 +74,17 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[i
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
+def split_batch(batch: list[int], rank: int, world: int, parts: int) -> list[list[int]]:
+    """This process's micro-batches of a global batch: its share ``batch[rank::world]`` cut into
+    ``parts`` contiguous pieces (sizes differ by at most one)."""
+    mine = batch[rank::world]
+    return [mine[j * len(mine) // parts:(j + 1) * len(mine) // parts] for j in range(parts)]
+
+
+def _quiet(*_args, **_kwargs) -> None:
+    """The log of ranks other than 0."""
+
+
 def rng_state() -> dict:
     return {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()}
 
@@ -84,12 +107,14 @@ def _as_tuples(x):
 
 
 class Trainer:
-    """XE training of one experiment (see the module docstring for the guarantees)."""
+    """One experiment's training run (see the module docstring for the guarantees)."""
 
     def __init__(self, cfg: ExperimentConfig, *, resume: bool = False, log=print):
-        self.cfg, self.log = cfg, log
+        self.cfg = cfg
+        self.dist = setup_distributed(cfg.train.device)
+        self.log = log if self.dist.is_main else _quiet
         self.out = Path(cfg.out_dir)
-        self.device = pick_device(cfg.train.device)
+        self.device = self.dist.device
         resumed = load_checkpoint(self.out / "last", with_trainer=True) if resume and (self.out / "last").exists() else None
         start = resumed or (load_checkpoint(cfg.train.init_from) if cfg.train.init_from else None)
         vocab = Vocab.from_dict(start["vocab"]) if start else None
@@ -98,17 +123,34 @@ class Trainer:
         self.model = make_model(cfg, self.data.vocab).to(self.device)
         if start is not None and not resumed:
             self.model.load_state_dict(start["weights"])
-            log(f"[catcap] weights and vocabulary from {cfg.train.init_from}")
+            self.log(f"[catcap] weights and vocabulary from {cfg.train.init_from}")
         self._reward, self._train_images = None, None
         self.awc = make_awc(cfg)
         if self.awc is not None:
             self.awc.to(self.device)
+        self.objective = Objective(self.model, self.awc, cfg.train.scst.keep_awc)
+        if cfg.train.compile:
+            self.objective.compile_forward()
+        self.precision = Precision(cfg.train.precision, self.device)
+        if self.dist.rank > 0:  # every rank its own dropout/sampling stream (rank 0 = one-process run)
+            torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)
         self.pos = Position(phase="scst" if cfg.train.objective == "scst" else "xe")
         self.optimizer = self._make_optimizer()
         if resumed:
             self._restore(resumed)
         elif resume:
-            log(f"[catcap] nothing to resume in {self.out}; starting a new run")
+            self.log(f"[catcap] nothing to resume in {self.out}; starting a new run")
+        self.engine = self._wrap()
+        if self.dist.enabled:
+            self.log(f"[catcap] {self.dist.world} processes ({self.device.type}); global batch {cfg.train.batch_size}")
+
+    def _wrap(self):
+        """The module a step's forward goes through: :class:`Objective`, in DDP when distributed."""
+        if not self.dist.enabled:
+            return self.objective
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(self.objective, device_ids=ids,
+                                       find_unused_parameters=not uses_all_parameters(self.objective, self.pos.phase))
 
     def _make_optimizer(self):
         """Adam for the current phase (SCST: a fixed learning rate, no schedule)."""
@@ -127,66 +169,115 @@ class Trainer:
         self.pos = Position(**t["position"])
         self.optimizer = self._make_optimizer()
         self.optimizer.load_state_dict(t["optimizer"])
+        self.precision.load_state_dict(t.get("precision") or {})
         restore_rng(t["rng"])
+        ranks = t.get("rng_ranks") or []
+        if len(ranks) == self.dist.world and self.dist.enabled:
+            torch.set_rng_state(ranks[self.dist.rank])
+        elif self.dist.enabled or len(ranks) > 1:
+            self.log(f"[catcap] the checkpoint was written by {max(len(ranks), 1)} process(es), this run has "
+                     f"{self.dist.world}: the weights, optimizer and position resume exactly, the dropout streams "
+                     "of ranks > 0 restart from their seeds")
+            if self.dist.rank > 0:
+                torch.manual_seed(self.cfg.train.seed + 7919 * self.dist.rank + self.pos.step)
         self.log(f"[catcap] resumed {self.out / 'last'} at step {self.pos.step} (epoch {self.pos.epoch}, batch {self.pos.batch})")
 
     def save(self, name: str) -> None:
-        trainer = {"optimizer": self.optimizer.state_dict(), "position": asdict(self.pos), "rng": rng_state()}
-        if self.awc is not None:
-            trainer["awc"] = self.awc.state_dict()
-        save_checkpoint(self.out / name, model=self.model, config=to_dict(self.cfg),
-                        vocab=self.data.vocab.to_dict(), trainer=trainer, features=dict(self.data.store.meta))
+        """Write checkpoint ``name`` (rank 0; every rank must call it: RNG states are gathered)."""
+        rng_ranks = gather_rng_states(self.dist)
+        if self.dist.is_main:
+            trainer = {"optimizer": self.optimizer.state_dict(), "position": asdict(self.pos), "rng": rng_state()}
+            if self.dist.enabled:
+                trainer["rng_ranks"] = rng_ranks
+            if self.awc is not None:
+                trainer["awc"] = self.awc.state_dict()
+            if self.precision.state_dict():
+                trainer["precision"] = self.precision.state_dict()
+            save_checkpoint(self.out / name, model=self.model, config=to_dict(self.cfg),
+                            vocab=self.data.vocab.to_dict(), trainer=trainer, features=dict(self.data.store.meta))
+        barrier(self.dist)
 
     def _log_json(self, record: dict) -> None:
+        if not self.dist.is_main:
+            return
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
     def train_step(self, batch) -> dict:
-        """One optimizer step (XE on a caption batch, SCST on an image batch); returns the loss
-        and its parts (floats)."""
-        if self.pos.phase == "scst":
-            return self._scst_step(batch)
+        """One optimizer step on a batch or a list of micro-batches (XE: caption batches, SCST:
+        image batches); returns the loss and its parts as floats (means over the global batch)."""
+        micro = batch if isinstance(batch, list) else [batch]
         t = self.cfg.train
-        self.model.train()
-        logits, extras = self.model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
-        xe = cross_entropy(logits, batch.captions[:, 1:], batch.caption_mask[:, 1:], t.label_smoothing)
-        record = {"xe": xe, **history_stats(extras, batch.caption_mask[:, :-1])}
-        loss = xe
-        if self.awc is not None:
-            record["awc"] = self.awc(extras, batch.caption_mask[:, :-1])
-            loss = xe + record["awc"]
-        set_learning_rate(self.optimizer, learning_rate(t.schedule, self.pos.step + 1, self.pos.epoch, self.cfg.model.d_model))
-        self._update(loss)
-        record["loss"] = loss
-        if self.awc is not None:
-            record["beta"] = self.awc.beta.detach().cpu().tolist()
-        return {k: (float(v.detach()) if torch.is_tensor(v) else v) for k, v in record.items()}
-
-    def _update(self, loss) -> None:
-        """Backward, gradient clipping, one optimizer step."""
+        self.objective.train()
+        if self.pos.phase == "xe":
+            set_learning_rate(self.optimizer, learning_rate(t.schedule, self.pos.step + 1, self.pos.epoch, self.cfg.model.d_model))
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.cfg.train.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._parameters(), self.cfg.train.grad_clip)
-        self.optimizer.step()
+        record = self._scst_parts(micro) if self.pos.phase == "scst" else self._xe_parts(micro)
+        self.precision.step(self.optimizer, self._parameters(), t.grad_clip)
         self.pos.step += 1
-
-    def _scst_step(self, batch) -> dict:
-        t = self.cfg.train
-        awc = self.awc if t.scst.keep_awc else None
-        loss, record = scst_loss(self.model, batch, self.data.vocab, t.scst, self.reward, awc)
-        self._update(loss)
-        record["loss"] = float(loss.detach())
         return record
+
+    def _sync(self, last: bool):
+        """DDP averages gradients on the last micro-batch only."""
+        return self.engine.no_sync() if (self.dist.enabled and not last) else nullcontext()
+
+    def _xe_parts(self, micro: list) -> dict:
+        """Forward + backward of every micro-batch; XE weighted by tokens, AWC by captions."""
+        t, world = self.cfg.train, self.dist.world
+        tokens = [count_targets(b) for b in micro]
+        captions = [b.captions.shape[0] for b in micro]
+        total_tokens, total_captions = all_sum([sum(tokens), sum(captions)], self.dist)
+        sums, history = [0.0, 0.0], {}
+        for i, b in enumerate(micro):
+            with self._sync(i == len(micro) - 1):
+                with self.precision.autocast():
+                    out = self.engine("xe", b, t.label_smoothing)
+                loss = out["xe"] * (tokens[i] * world / total_tokens)
+                if "awc" in out:
+                    loss = loss + out["awc"] * (captions[i] * world / total_captions)
+                self.precision.backward(loss)
+            sums[0] += float(out["xe"].detach()) * tokens[i]
+            sums[1] += float(out["awc"].detach()) * captions[i] if "awc" in out else 0.0
+            history = {k: out[k] for k in ("history_weight",) if k in out}
+        xe_sum, awc_sum = all_sum(sums, self.dist)
+        record = {"xe": xe_sum / total_tokens, **history}
+        record["loss"] = record["xe"]
+        if self.awc is not None:
+            record["awc"] = awc_sum / total_captions
+            record["loss"] += record["awc"]
+            record["beta"] = self.awc.beta.detach().cpu().tolist()
+        return record
+
+    def _scst_parts(self, micro: list) -> dict:
+        """Sample, reward and score every micro-batch; losses weighted by images."""
+        t, world = self.cfg.train, self.dist.world
+        images = [b.features.shape[0] for b in micro]
+        (total_images,) = all_sum([sum(images)], self.dist)
+        totals: dict[str, float] = defaultdict(float)
+        for i, b in enumerate(micro):
+            with self._sync(i == len(micro) - 1):
+                with self.precision.autocast():
+                    loss, rec = scst_loss(self.model, b, self.data.vocab, t.scst, self.reward,
+                                          score=lambda *args: self.engine("scst", *args))
+                self.precision.backward(loss * (images[i] * world / total_images))
+            for k, v in {**rec, "loss": float(loss.detach())}.items():
+                totals[k] += v * images[i]
+        keys = sorted(totals)
+        return {k: v / total_images for k, v in zip(keys, all_sum([totals[k] for k in keys], self.dist))}
 
     @property
     def reward(self) -> CiderReward:
-        """CIDEr-D with the training references' document frequencies (built once, cached on disk)."""
+        """CIDEr-D with the training references' document frequencies (built once, cached on disk;
+        rank 0 builds the cache file, the other ranks read it)."""
         if self._reward is None:
             d = self.cfg.data
             refs = [r.captions for r in self.data.train.records]
+            if not self.dist.is_main:
+                barrier(self.dist)
             df, _ = cached_document_frequency(refs, d.dataset, d.train_split, self.out, self.log)
+            if self.dist.is_main:
+                barrier(self.dist)
             self._reward = CiderReward(df)
         return self._reward
 
@@ -200,8 +291,10 @@ class Trainer:
 
     def _loader(self, batches: list[list[int]]) -> DataLoader:
         dataset, collate = self._train_set()
-        return DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                          num_workers=self.cfg.train.num_workers, generator=torch.Generator())
+        workers = self.cfg.train.num_workers
+        return DataLoader(dataset, batch_sampler=batches, collate_fn=collate, num_workers=workers,
+                          generator=torch.Generator(), pin_memory=self.device.type == "cuda",
+                          persistent_workers=False, prefetch_factor=4 if workers else None)
 
     def fit(self) -> Position:
         """Train until ``train.epochs`` (or ``train.max_steps``); returns the final position."""
@@ -217,22 +310,33 @@ class Trainer:
     def _done(self) -> bool:
         return 0 < self.cfg.train.max_steps <= self.pos.step or self.pos.stopped
 
-    def _run_epoch(self) -> None:
+    def _epoch_plan(self) -> list[list[int]]:
+        """The global batches of this epoch; one with fewer items than processes x micro-batches
+        (possible only for an epoch's last batch) is left out, as every micro-batch needs an item."""
         t = self.cfg.train
         batches = epoch_batches(len(self._train_set()[0]), t.batch_size, t.seed, self.pos.epoch)
+        return [b for b in batches if len(b) >= self.dist.world * t.accumulate]
+
+    def _run_epoch(self) -> None:
+        t = self.cfg.train
+        batches = self._epoch_plan()
         todo = batches[self.pos.batch:]
+        micro = [m for b in todo for m in split_batch(b, self.dist.rank, self.dist.world, t.accumulate)]
         bar = tqdm(total=len(batches), initial=self.pos.batch, desc=f"{self.pos.phase} epoch {self.pos.epoch + 1}/{t.epochs}",
-                   unit="batch", disable=not t.progress)
-        start = time.perf_counter()
-        for batch in self._loader(todo):
-            parts = self.train_step(batch.to(self.device))
+                   unit="batch", disable=not (t.progress and self.dist.is_main))
+        start, done_here = time.perf_counter(), 0
+        loader = iter(self._loader(micro))
+        for _ in todo:
+            parts = self.train_step([next(loader).to(self.device, non_blocking=self.device.type == "cuda")
+                                     for _ in range(t.accumulate)])
             self.pos.batch += 1
+            done_here += 1
             bar.update(1)
             bar.set_postfix(loss=f"{parts['loss']:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.2e}")
             if self.pos.step % t.log_every == 0:
                 self._log_json({"kind": "train", "phase": self.pos.phase, "step": self.pos.step, "epoch": self.pos.epoch, **parts,
                                 "lr": self.optimizer.param_groups[0]["lr"],
-                                "batches_per_s": self.pos.batch / max(time.perf_counter() - start, 1e-9)})
+                                "batches_per_s": done_here / max(time.perf_counter() - start, 1e-9)})
             if t.save_every and self.pos.step % t.save_every == 0:
                 self.save("last")
             if self._done():
@@ -242,7 +346,7 @@ class Trainer:
     def _end_epoch(self) -> None:
         t = self.cfg.train
         ev, _ = validate(self.model, self.data.val, self.data.vocab, self.device, t.eval_batch_size, t.val_max_len,
-                         progress=t.progress, beam=t.val_beam)
+                         progress=t.progress, beam=t.val_beam, ctx=self.dist, autocast=self.precision.autocast)
         cider = ev.corpus["CIDEr"]
         self._log_json({"kind": "val", "phase": self.pos.phase, "step": self.pos.step, "epoch": self.pos.epoch, **ev.corpus})
         self.log(f"[catcap] epoch {self.pos.epoch + 1} ({self.pos.phase}): val " + ", ".join(f"{k} {v:.3f}" for k, v in ev.corpus.items()))
@@ -263,6 +367,7 @@ class Trainer:
             self.model.load_state_dict(load_checkpoint(self.out / "best")["weights"])
             pos.phase, pos.stale_epochs = "scst", 0
             self.optimizer = self._make_optimizer()
+            self.engine = self._wrap()
             self.log(f"[catcap] XE validation CIDEr-D has not improved for {t.scst.switch_patience} epochs: "
                      f"switching to SCST from the best XE weights (epoch {pos.best_epoch}, CIDEr-D {pos.best_cider:.3f})")
         elif pos.phase == "scst" and pos.stale_epochs >= t.scst.patience:

@@ -130,12 +130,15 @@ def policy_loss(token_log_probs: Tensor, advantage: Tensor) -> Tensor:
     return -(advantage * token_log_probs.sum(dim=1)).mean()
 
 
-def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None) -> tuple[Tensor, dict]:
+def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None, score=None) -> tuple[Tensor, dict]:
     """Loss and log record of one SCST step on an ImageBatch (see the module doc).
 
     reward_fn(candidates: list[list[str]], references: list[list[list[str]]], cand_image) -> (C,)
     rewards, e.g. :class:`catcap.training.reward.CiderReward`; ``awc`` an
     :class:`~catcap.training.awc.AdaptiveWeightConstraint` added on the scored captions.
+    ``score(features, feature_mask, tokens, mask, n)`` -> (token log-probs, entropy, extras,
+    input mask, awc value or None) replaces the scoring pass (the trainer passes its
+    :class:`~catcap.training.objective.Objective`, possibly wrapped in DDP); ``awc`` is then unused.
     """
     processors = scst_processors(vocab)
     out, best = draw_captions(model, batch.features, batch.feature_mask, cfg, processors)
@@ -149,11 +152,15 @@ def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None) -> tupl
                                               np.arange(b)), dtype=np.float64)
     base, adv = advantages(rewards, cfg.baseline, greedy_rewards)
     model.train()
-    token_lp, entropy, extras, input_mask = sequence_log_probs(model, batch.features, batch.feature_mask,
-                                                               out.tokens, out.mask, n)
+    if score is None:
+        token_lp, entropy, extras, input_mask = sequence_log_probs(model, batch.features, batch.feature_mask,
+                                                                   out.tokens, out.mask, n)
+        awc_value = awc(extras, input_mask) if awc is not None else None
+    else:
+        token_lp, entropy, extras, input_mask, awc_value = score(batch.features, batch.feature_mask,
+                                                                 out.tokens, out.mask, n)
     advantage = torch.as_tensor(adv.reshape(-1), dtype=token_lp.dtype, device=token_lp.device)
     loss = policy_loss(token_lp, advantage)
-    awc_value = awc(extras, input_mask) if awc is not None else None
     if awc_value is not None:
         loss = loss + awc_value
     ended = out.tokens.gather(1, (out.lengths - 1).clamp(min=0)[:, None])[:, 0] == vocab.eos_id

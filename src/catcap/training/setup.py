@@ -35,14 +35,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise ConfigError("train.device=cuda but no CUDA device is available; use train.device=cpu or auto")
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
 def prepare_data(cfg: ExperimentConfig, vocab: Vocab | None = None) -> RunData:
     """Read and validate the splits up front (a clear error before any training)."""
     d = cfg.data

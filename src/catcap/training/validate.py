@@ -1,9 +1,17 @@
-"""Validation: decode a split and score it with catcap.metrics."""
+"""Validation: decode a split and score it with catcap.metrics.
+
+In a distributed run every rank decodes its shard of the images (``images[rank::world]``); the
+token ids are gathered on every rank and put back in dataset order, and every rank scores the
+whole split (the same numbers everywhere, so that best-checkpoint and phase decisions agree).
+An image decoded twice or never is an error, not a silently different score.
+"""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from catcap.data.collate import collate_images
@@ -11,30 +19,66 @@ from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
 from catcap.decoding import beam_search, greedy
 from catcap.metrics.evaluate import Evaluation, evaluate_tokenized
+from catcap.training.distributed import DistContext, gather_rows
 
 
 @torch.no_grad()
-def decode_split(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, max_len: int,
-                 progress: bool = False, beam: int = 1) -> tuple[list, list[list[str]], list[list[list[str]]]]:
-    """Captions of every image, greedy (beam 1) or by beam search: (image ids, candidate
-    tokens, reference tokens)."""
+def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progress: bool = False, beam: int = 1,
+                  autocast=None) -> list[torch.Tensor]:
+    """Generated token ids (1-D, without ``<bos>``) of every item of ``dataset``, in order,
+    greedy (beam 1) or by beam search; ``autocast``: a context manager factory (reduced precision)."""
     model.eval()
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_images)
-    ids, cands, refs = [], [], []
+    rows: list[torch.Tensor] = []
     for batch in tqdm(loader, desc="validate", unit="batch", disable=not progress, leave=False):
         batch = batch.to(device)
-        if beam > 1:
-            out = beam_search(model, batch.features, batch.feature_mask, beam_size=beam, max_len=max_len)
-        else:
-            out = greedy(model, batch.features, batch.feature_mask, max_len=max_len)
-        ids.extend(batch.image_ids)
-        cands.extend(vocab.decode(row.tolist()) for row in out.tokens.cpu())
-        refs.extend(batch.references)
-    return ids, cands, refs
+        with (autocast or nullcontext)():
+            if beam > 1:
+                out = beam_search(model, batch.features, batch.feature_mask, beam_size=beam, max_len=max_len)
+            else:
+                out = greedy(model, batch.features, batch.feature_mask, max_len=max_len)
+        rows.extend(out.tokens.cpu())
+    return rows
+
+
+def decode_split(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, max_len: int,
+                 progress: bool = False, beam: int = 1, ctx: DistContext | None = None,
+                 autocast=None) -> tuple[list, list[list[str]], list[list[list[str]]]]:
+    """Captions of every image: (image ids, candidate tokens, reference tokens), in dataset order.
+    With a distributed ``ctx``, each rank decodes its shard and the results are gathered."""
+    ctx = ctx or DistContext()
+    n = len(dataset)
+    mine = list(range(ctx.rank, n, ctx.world))
+    part = dataset if not ctx.enabled else Subset(dataset, mine)
+    rows = decode_tokens(model, part, device, batch_size, max_len, progress and ctx.is_main, beam, autocast)
+    tokens = _in_dataset_order(rows, mine, n, ctx, vocab.pad_id)
+    ids = [r.image_id for r in dataset.records]
+    refs = [[list(c) for c in r.captions] for r in dataset.records]
+    return ids, [vocab.decode(t.tolist()) for t in tokens], refs
+
+
+def _in_dataset_order(rows: list[torch.Tensor], mine: list[int], n: int, ctx: DistContext, pad: int) -> list[torch.Tensor]:
+    """Gather every rank's rows and their dataset indices; check each index comes exactly once."""
+    if not ctx.enabled:
+        return rows
+    width = max((len(r) for r in rows), default=0)
+    local = torch.full((len(rows), max(width, 1)), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        local[i, :len(r)] = r
+    all_rows = torch.cat(gather_rows(local, ctx, pad), dim=0)
+    all_index = torch.cat(gather_rows(torch.tensor(mine, dtype=torch.long)[:, None], ctx), dim=0)[:, 0].tolist()
+    if sorted(all_index) != list(range(n)):
+        raise RuntimeError(f"sharded validation covered {len(set(all_index))} distinct of {n} images "
+                           f"({len(all_index)} decodes): every image must be decoded exactly once")
+    ordered: list[torch.Tensor] = [torch.empty(0)] * n
+    for i, row in zip(all_index, all_rows):
+        ordered[i] = row
+    return ordered
 
 
 def validate(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, max_len: int,
-             metrics=("bleu", "rouge", "cider"), progress: bool = False, beam: int = 1) -> tuple[Evaluation, list[list[str]]]:
+             metrics=("bleu", "rouge", "cider"), progress: bool = False, beam: int = 1,
+             ctx: DistContext | None = None, autocast=None) -> tuple[Evaluation, list[list[str]]]:
     """Decode and evaluate (Java-free metrics by default, so validation stays fast)."""
-    ids, cands, refs = decode_split(model, dataset, vocab, device, batch_size, max_len, progress, beam)
+    ids, cands, refs = decode_split(model, dataset, vocab, device, batch_size, max_len, progress, beam, ctx, autocast)
     return evaluate_tokenized(ids, cands, refs, metrics), cands

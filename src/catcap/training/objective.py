@@ -1,0 +1,74 @@
+"""The differentiable part of a training step as one module: the captioner plus the AWC term.
+
+DistributedDataParallel synchronises the gradients of the parameters of the module it wraps,
+during the backward of that module's ``forward``. Wrapping this module (not the bare captioner)
+puts the learnable AWC betas under DDP too, and gives SCST's teacher-forced scoring pass (which
+calls the encoder and decoder, not ``Captioner.forward``) a ``forward`` to go through.
+Legend: B batch, T caption positions, V vocabulary, R = B * n sampled captions.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from catcap.training.awc import AdaptiveWeightConstraint, history_stats
+from catcap.training.losses import cross_entropy
+from catcap.training.scst import sequence_log_probs
+
+
+class Objective(nn.Module):
+    """``forward("xe", batch, label_smoothing)`` -> dict(xe, awc?, history_weight?);
+    ``forward("scst", features, feature_mask, tokens, mask, n)`` -> (token log-probs (R, T),
+    entropy (R, T), extras, input mask (R, T), awc value or None)."""
+
+    def __init__(self, model: nn.Module, awc: Optional[AdaptiveWeightConstraint] = None, scst_awc: bool = False):
+        super().__init__()
+        self.model, self.awc, self.scst_awc = model, awc, scst_awc
+        self._compiled = None
+
+    def compile_forward(self) -> None:
+        """Run the XE forward through ``torch.compile(model, dynamic=True)`` (``train.compile``).
+        Kept out of the module tree (same parameters, not registered twice)."""
+        object.__setattr__(self, "_compiled", torch.compile(self.model, dynamic=True))
+
+    def forward(self, kind: str, *args):
+        if kind == "xe":
+            return self.xe(*args)
+        if kind == "scst":
+            return self.scst(*args)
+        raise ValueError(f"unknown objective part {kind!r}: expected 'xe' or 'scst'")
+
+    def xe(self, batch, label_smoothing: float = 0.0) -> dict:
+        """Token-mean XE of a caption batch (and caption-mean AWC); ``history_weight`` for the log."""
+        model = self.model if self._compiled is None else self._compiled
+        logits, extras = model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
+        query_mask = batch.caption_mask[:, :-1]
+        out = {"xe": cross_entropy(logits, batch.captions[:, 1:], batch.caption_mask[:, 1:], label_smoothing),
+               **history_stats(extras, query_mask)}
+        if self.awc is not None:
+            out["awc"] = self.awc(extras, query_mask)
+        return out
+
+    def scst(self, features: Tensor, feature_mask: Tensor, tokens: Tensor, mask: Tensor, n: int):
+        lp, entropy, extras, input_mask = sequence_log_probs(self.model, features, feature_mask, tokens, mask, n)
+        awc_value = self.awc(extras, input_mask) if (self.awc is not None and self.scst_awc) else None
+        return lp, entropy, extras, input_mask, awc_value
+
+
+def count_targets(batch) -> int:
+    """Real target tokens of a caption batch (the XE mean's denominator)."""
+    return int(batch.caption_mask[:, 1:].sum())
+
+
+def uses_all_parameters(objective: Objective, phase: str) -> bool:
+    """Whether every trainable parameter gets a gradient in ``phase`` (DDP needs to know):
+    adaptive betas are unused in SCST unless ``scst.keep_awc``."""
+    has_betas = objective.awc is not None and any(p.requires_grad for p in objective.awc.parameters())
+    return not (has_betas and phase == "scst" and not objective.scst_awc)
+
+
+def as_floats(record: dict) -> dict:
+    return {k: (float(v.detach()) if torch.is_tensor(v) else v) for k, v in record.items()}

@@ -1,0 +1,60 @@
+"""Mixed precision: ``train.precision`` fp32 | bf16 | fp16 (``--precision``).
+
+- ``fp32``: nothing changes.
+- ``bf16``: forward passes under ``torch.autocast(dtype=bfloat16)`` (matrix products in bf16,
+  softmax/LayerNorm/losses kept in fp32 by autocast); weights, gradients and Adam stay fp32.
+  Same exponent range as fp32, so no loss scaling. CUDA (Ampere or newer) and CPU.
+- ``fp16``: autocast with float16 plus a gradient scaler (``torch.amp.GradScaler``): the loss
+  is multiplied before ``backward`` so small gradients do not flush to zero, gradients are
+  unscaled before clipping, and a step whose gradients overflowed is skipped (the scale then
+  shrinks). The scaler's state is saved in checkpoints. Meant for GPUs.
+
+Decoding (validation, ``catcap evaluate``) uses the same autocast; ``docs/distributed.md`` says
+how far its captions agree with fp32.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from catcap.config import ConfigError
+
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Precision:
+    """Autocast and (fp16) loss scaling for one device."""
+
+    def __init__(self, name: str, device: torch.device):
+        if name not in DTYPES:
+            raise ConfigError(f"unknown precision {name!r}: expected fp32, bf16 or fp16 (e.g. --precision bf16)")
+        if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("this GPU has no bfloat16 support: use --precision fp16 (with loss scaling) or fp32")
+        self.name, self.device, self.dtype = name, device, DTYPES[name]
+        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+
+    def autocast(self):
+        """The context a forward pass runs in."""
+        if self.dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer, params, grad_clip: float) -> None:
+        """Unscale (fp16), clip, step (skipped by the scaler when gradients overflowed), update."""
+        self.scaler.unscale_(optimizer)
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+    def state_dict(self) -> dict:
+        return self.scaler.state_dict() if self.scaler.is_enabled() else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state)
