@@ -1,0 +1,221 @@
+"""Write the course's data folder (see :mod:`mml.coco_utils`) from catcap data.
+
+    python -m mml.build_data                        # shapes world, 3000 train / 250 val images
+    python -m mml.build_data --out DIR --train 200 --val 40 --feature-dim 1024
+    python -m mml.build_data --karpathy dataset_flickr8k.json --features flickr8k.h5 \\
+                             --images Flicker8k_Dataset            # Flickr8k features, PCA 512
+
+Without ``--out`` the folder is ``mml.paths.data_dir()`` (``$MML_DATA_DIR`` or the user cache).
+Any Karpathy split file with a catcap feature store works (the shapes world is written as
+one). Per image, the region/grid features are averaged to one vector (the "fc7" file) and
+PCA-reduced to ``--pca-dim`` (the "_pca" file, fitted on the training images). The test split
+is not used (the course has train and val only). Images are copied into ``images/`` and the
+URL files hold their relative paths. The folder is built beside the target and renamed into
+place at the end; ``info.json`` records the source and counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+import h5py
+import numpy as np
+
+from catcap.data.features import open_feature_store
+from catcap.data.karpathy import ImageRecord, load_karpathy
+from catcap.data.vocab import Vocab
+from mml.coco_utils import CAPTIONS_FILE, SPECIAL_WORDS, SPLITS, VOCAB_FILE, features_file, urls_file
+from mml.paths import data_dir
+
+__all__ = ["build_from_karpathy", "build_shapes", "main", "pca_fit"]
+
+
+def build_shapes(out_dir=None, *, num_train: int = 3000, num_val: int = 250, seed: int = 0,
+                 feature_dim: int = 2048, pca_dim: int = 512, max_words: int = 15,
+                 overwrite: bool = False, progress: bool = True) -> Path:
+    """Generate a shapes world (:func:`catcap.data.synthetic.make_world`) and build from it."""
+    from catcap.data.synthetic import make_world
+
+    with tempfile.TemporaryDirectory(prefix="mml-shapes-") as tmp:
+        world = make_world(Path(tmp) / "world", num_train=num_train, num_val=num_val, num_test=0,
+                           seed=seed, feature_dim=feature_dim, progress=progress)
+        return build_from_karpathy(world.dataset, world.features, out_dir, image_root=world.root,
+                                   pca_dim=pca_dim, max_words=max_words, overwrite=overwrite,
+                                   source={"kind": "shapes", "seed": seed, "feature_dim": feature_dim})
+
+
+def build_from_karpathy(dataset, features, out_dir=None, *, image_root=None, pca_dim: int = 512,
+                        max_words: int = 15, min_count: int = 1, overwrite: bool = False,
+                        source: Optional[dict] = None) -> Path:
+    """Build the folder from a Karpathy split file and a catcap feature store; returns it.
+
+    Captions with more than ``max_words`` words are left out (the course's rows hold
+    ``<START>`` + 15 words + ``<END>``); the vocabulary is the training words seen at least
+    ``min_count`` times, other words become ``<UNK>``.
+    """
+    out = Path(out_dir) if out_dir is not None else data_dir()
+    _check_target(out, overwrite)
+    records = load_karpathy(dataset, splits=SPLITS)
+    vocab = Vocab.build((c for r in records["train"] for c in r.captions), min_count=min_count)
+    words = list(SPECIAL_WORDS) + vocab.tokens[len(SPECIAL_WORDS):]
+    root = Path(image_root) if image_root is not None else Path(dataset).parent
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        info = _write_folder(tmp, records, vocab, words, features, root, pca_dim, max_words)
+        info["source"] = source or {"kind": "karpathy", "dataset": str(dataset), "features": str(features)}
+        (tmp / "info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        _install(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_folder(tmp: Path, records, vocab: Vocab, words: list, features, root: Path,
+                  pca_dim: int, max_words: int) -> dict:
+    pooled = _pooled_features(features, records)
+    mean, components = pca_fit(pooled["train"], pca_dim)
+    counts, arrays = {}, {}
+    for split in SPLITS:
+        caps, idxs, dropped = _encode_split(records[split], vocab, max_words)
+        arrays[f"{split}_captions"], arrays[f"{split}_image_idxs"] = caps, idxs
+        counts[split] = {"images": len(records[split]), "captions": len(caps), "dropped_long": dropped}
+        _write_h5(tmp / features_file(split, pca=False), features=pooled[split])
+        _write_h5(tmp / features_file(split, pca=True), features=pca_apply(pooled[split], mean, components))
+        urls = _copy_images(records[split], root, tmp / "images")
+        (tmp / urls_file(split)).write_text("".join(u + "\n" for u in urls), encoding="utf-8")
+    _write_h5(tmp / CAPTIONS_FILE, **arrays)
+    vocab_json = {"idx_to_word": words, "word_to_idx": {w: i for i, w in enumerate(words)}}
+    (tmp / VOCAB_FILE).write_text(json.dumps(vocab_json), encoding="utf-8")
+    return {"splits": counts, "vocab_size": len(words), "max_words": max_words,
+            "feature_dim": int(pooled["train"].shape[1]), "pca_dim": int(components.shape[0])}
+
+
+def _pooled_features(path, records) -> dict:
+    """{split: (Ni, F) float32}: the mean of each image's region (or grid) features."""
+    with open_feature_store(path) as store:
+        missing = [r.key for s in SPLITS for r in records[s] if r.key not in store]
+        if missing:
+            raise FileNotFoundError(f"{len(missing)} images have no features in {path} (first: "
+                                    f"{missing[:5]}); extract them or pass the matching feature store")
+        return {s: np.stack([store.get(r.key).regions.mean(axis=0) for r in records[s]]).astype(np.float32)
+                for s in SPLITS}
+
+
+def pca_fit(x: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean (F,) and ``min(dim, F)`` principal directions (K, F) of x (Ni, F).
+
+    Fewer images than directions: the remaining directions complete an orthonormal basis.
+    Signs are fixed (largest |entry| positive) so the result does not depend on the SVD build.
+    """
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise ValueError(f"PCA needs at least 2 training images with (Ni, F) features, found {x.shape}")
+    mean = x.mean(axis=0, dtype=np.float64)
+    k = min(dim, x.shape[1])
+    _, _, vt = np.linalg.svd(x - mean, full_matrices=k > min(x.shape))
+    comps = vt[:k]
+    signs = np.sign(comps[np.arange(k), np.abs(comps).argmax(axis=1)])
+    return mean, comps * signs[:, None]
+
+
+def pca_apply(x: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
+    """(Ni, F) -> (Ni, K) float32."""
+    return ((x - mean) @ components.T).astype(np.float32)
+
+
+def _encode_split(recs: Sequence[ImageRecord], vocab: Vocab, max_words: int):
+    """(captions (Nc, max_words + 2) int32, image_idxs (Nc,) int32, number dropped)."""
+    rows, idxs, dropped = [], [], 0
+    for i, rec in enumerate(recs):
+        for tokens in rec.captions:
+            if len(tokens) > max_words or not tokens:
+                dropped += 1
+                continue
+            ids = vocab.encode(tokens)
+            rows.append(ids + [0] * (max_words + 2 - len(ids)))
+            idxs.append(i)
+    if not rows:
+        raise ValueError(f"no caption has 1..{max_words} words; raise max_words")
+    return np.asarray(rows, dtype=np.int32), np.asarray(idxs, dtype=np.int32), dropped
+
+
+def _copy_images(recs: Sequence[ImageRecord], root: Path, dest: Path) -> list[str]:
+    """Copy each image found under ``root`` into ``dest``; the relative paths, in image order."""
+    dest.mkdir(exist_ok=True)
+    urls = []
+    for rec in recs:
+        name = Path(rec.filename).name
+        for src in (root / str(rec.extra.get("filepath", "")) / rec.filename, root / rec.filename):
+            if src.is_file():
+                shutil.copyfile(src, dest / name)
+                break
+        urls.append(f"{dest.name}/{name}")
+    return urls
+
+
+def _write_h5(path: Path, **arrays: np.ndarray) -> None:
+    with h5py.File(path, "w") as f:
+        for name, value in arrays.items():
+            f.create_dataset(name, data=value)
+
+
+def _check_target(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} is not empty; pass --overwrite (overwrite=True) to replace it")
+
+
+def _install(tmp: Path, out: Path) -> None:
+    old = None
+    if out.is_dir():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m mml.build_data``: see the module docstring and ``--help``."""
+    parser = argparse.ArgumentParser(prog="python -m mml.build_data", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="target folder (default: $MML_DATA_DIR or the user cache)")
+    parser.add_argument("--train", type=int, default=3000, help="shapes world: training images")
+    parser.add_argument("--val", type=int, default=250, help="shapes world: validation images")
+    parser.add_argument("--seed", type=int, default=0, help="shapes world: seed")
+    parser.add_argument("--feature-dim", type=int, default=2048, help="shapes world: feature width")
+    parser.add_argument("--karpathy", help="build from this Karpathy split file instead of a shapes world")
+    parser.add_argument("--features", help="with --karpathy: the catcap feature store (.h5 or npz folder)")
+    parser.add_argument("--images", help="with --karpathy: the image folder (default: beside the split file)")
+    parser.add_argument("--pca-dim", type=int, default=512)
+    parser.add_argument("--max-words", type=int, default=15)
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty target folder")
+    args = parser.parse_args(argv)
+    if args.karpathy and not args.features:
+        parser.error("--karpathy needs --features (a catcap feature store of the same images)")
+    if args.karpathy:
+        out = build_from_karpathy(args.karpathy, args.features, args.out, image_root=args.images,
+                                  pca_dim=args.pca_dim, max_words=args.max_words, overwrite=args.overwrite)
+    else:
+        out = build_shapes(args.out, num_train=args.train, num_val=args.val, seed=args.seed,
+                           feature_dim=args.feature_dim, pca_dim=args.pca_dim,
+                           max_words=args.max_words, overwrite=args.overwrite)
+    info = json.loads((out / "info.json").read_text(encoding="utf-8"))
+    print(f"wrote {out}: {json.dumps(info['splits'])}, vocabulary {info['vocab_size']} words, "
+          f"features {info['feature_dim']} -> PCA {info['pca_dim']}")
+    if not os.environ.get("MML_DATA_DIR") and args.out:
+        print(f"use it with: export MML_DATA_DIR={out.absolute()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

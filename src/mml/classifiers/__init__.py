@@ -1,0 +1,1 @@
+"""Captioning models of the ``mml`` teaching API."""
