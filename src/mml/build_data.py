@@ -28,6 +28,7 @@ import h5py
 import numpy as np
 
 from catcap.data.features import open_feature_store
+from catcap.folders import replace_folder
 from catcap.data.karpathy import ImageRecord, load_karpathy
 from catcap.data.vocab import Vocab
 from mml.coco_utils import CAPTIONS_FILE, SPECIAL_WORDS, SPLITS, VOCAB_FILE, features_file, urls_file
@@ -72,7 +73,7 @@ def build_from_karpathy(dataset, features, out_dir=None, *, image_root=None, pca
         info["source"] = source or {"kind": "karpathy", "dataset": str(dataset), "features": str(features)}
         (tmp / "info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         os.chmod(tmp, 0o755)
-        _install(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -172,16 +173,6 @@ def _check_target(out: Path, overwrite: bool) -> None:
         raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} is not empty; pass --overwrite (overwrite=True) to replace it")
-
-
-def _install(tmp: Path, out: Path) -> None:
-    old = None
-    if out.is_dir():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

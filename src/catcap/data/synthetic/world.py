@@ -26,6 +26,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from catcap.data.features import HDF5FeatureWriter
+from catcap.folders import replace_folder
 
 from .captions import caption_scene, tokens
 from .qa import ask_scene
@@ -88,17 +89,6 @@ def _check_target(out: Path, overwrite: bool) -> None:
                               "replace it, or choose another out_dir")
 
 
-def _install(tmp: Path, out: Path) -> None:
-    """Move the finished world from tmp to out, replacing out (empty or overwrite=True)."""
-    old = None
-    if out.is_dir():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old)
-
-
 def _generate(root: Path, split_sizes: dict, seed: int, image_size: int, feature_dim: int,
               progress: bool) -> list[dict]:
     (root / "images").mkdir()
@@ -148,7 +138,7 @@ def make_world(out_dir: Union[str, os.PathLike], *, num_train: int = 3000, num_v
                 "feature_dim": feature_dim, "splits": sizes, "projection_seed": PROJECTION_SEED}
         (tmp / "world.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         os.chmod(tmp, 0o755)
-        _install(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
