@@ -1,0 +1,33 @@
+"""bf16-autocast vs fp32 greedy captions of a checkpoint's validation split (docs/distributed.md).
+
+    .venv/bin/python benchmarks/bf16_decoding.py runs/flickr8k/transformer/best
+"""
+import sys
+import time
+
+import torch
+
+from catcap.config import from_dict
+from catcap.data.vocab import Vocab
+from catcap.metrics.evaluate import evaluate_tokenized
+from catcap.training.checkpoint import load_checkpoint
+from catcap.training.experiment import ExperimentConfig
+from catcap.training.precision import Precision
+from catcap.training.setup import make_model, prepare_data
+from catcap.training.validate import decode_split
+
+ck = load_checkpoint(sys.argv[1])
+cfg = from_dict(ExperimentConfig, ck["config"])
+vocab = Vocab.from_dict(ck["vocab"])
+data = prepare_data(cfg, vocab)
+model = make_model(cfg, vocab); model.load_state_dict(ck["weights"]); model.eval()
+dev = torch.device("cpu")
+res = {}
+for name in ("fp32", "bf16"):
+    t = time.perf_counter()
+    ids, cands, refs = decode_split(model, data.val, vocab, dev, 50, 20, autocast=Precision(name, dev).autocast)
+    ev = evaluate_tokenized(ids, cands, refs, ("bleu", "cider"))
+    res[name] = cands
+    print(name, f"{time.perf_counter() - t:.1f} s", {k: round(v, 4) for k, v in ev.corpus.items()}, flush=True)
+same = sum(a == b for a, b in zip(res["fp32"], res["bf16"]))
+print(f"identical greedy captions: {same} of {len(res['fp32'])} ({same / len(res['fp32']):.1%})")
