@@ -20,7 +20,7 @@ import torch
 from catcap.config import from_dict
 from catcap.data.collate import pad_regions
 from catcap.data.vocab import Vocab
-from catcap.decoding import beam_search, build_processors, greedy, sample
+from catcap.decoding import beam_search, caption_processors, greedy, sample
 from catcap.training.checkpoint import load_checkpoint
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.distributed import pick_device
@@ -119,8 +119,8 @@ class Captioner:
         feats, mask = self._batch(features, feature_mask)
         v = self.vocab
         bad = [v.id(w) for w in BAD_ENDINGS if w in v] if remove_bad_endings else []
-        processors = build_processors(v.eos_id, min_len=min_length, no_repeat_ngram=no_repeat_ngram_size,
-                                      suppress_ids=[v.pad_id, v.bos_id, v.unk_id], bad_ending_ids=bad)
+        processors = caption_processors(v, min_len=min_length, no_repeat_ngram=no_repeat_ngram_size,
+                                        bad_ending_ids=bad)
         if do_sample:
             gen = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
             out = sample(self.model, feats, mask, num_samples=num_return_sequences, temperature=temperature,

@@ -21,10 +21,13 @@ def test_scst_from_a_short_xe_run_raises_validation_cider(tiny_world, tiny_overr
     xe_best = max(val_ciders(xe / "log.jsonl"))
     scst = tmp_path / "scst"
     out = train(tiny_overrides(tiny_world, scst, **{
-        "train.epochs": 3, "train.objective": "scst", "train.init_from": xe / "best", "train.scst.lr": "5e-4"}))
+        # from the last XE epoch: with this deliberately high rate (a gain within 3 tiny epochs), the
+        # epoch-2 checkpoint (the best by val CIDEr-D) falls into a greedy loop ("a green star a green
+        # star ...", val CIDEr-D 0.03) in 10 steps; measured the same before and after the DDP trainer
+        "train.epochs": 3, "train.objective": "scst", "train.init_from": xe / "last", "train.scst.lr": "5e-4"}))
     assert "weights and vocabulary from" in out
     ciders = val_ciders(scst / "log.jsonl")
-    assert max(ciders) > xe_best + 0.05, (xe_best, ciders)  # measured: 0.296 -> 0.464
+    assert max(ciders) > xe_best + 0.05, (xe_best, ciders)  # measured: 0.288 -> 0.399
     steps = [json.loads(line) for line in (scst / "log.jsonl").read_text().splitlines() if '"kind": "train"' in line]
     assert all(s["phase"] == "scst" and {"reward", "baseline", "advantage", "eos_fraction", "length", "entropy"} <= s.keys()
                for s in steps)

@@ -4,8 +4,8 @@ with shared logit processors; ``reference`` holds the uncached oracle used by te
 from catcap.decoding.beam import beam_search
 from catcap.decoding.greedy import greedy
 from catcap.decoding.processors import (BadEndings, DecodeOutput, MinLength, NoRepeatNGram, SuppressEos,
-                                        SuppressTokens, build_processors)
+                                        SuppressTokens, build_processors, caption_processors)
 from catcap.decoding.sampling import sample
 
 __all__ = ["BadEndings", "DecodeOutput", "MinLength", "NoRepeatNGram", "SuppressEos", "SuppressTokens",
-           "beam_search", "build_processors", "greedy", "sample"]
+           "beam_search", "build_processors", "caption_processors", "greedy", "sample"]

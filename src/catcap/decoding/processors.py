@@ -161,6 +161,17 @@ def build_processors(eos_id: int, *, min_len: int = 0, no_repeat_ngram: int = 0,
     return tuple(rules)
 
 
+def caption_processors(vocab, **rules) -> tuple[Processor, ...]:
+    """The rules every caption catcap generates follows: ``<pad>``, ``<bos>`` and ``<unk>`` are
+    never chosen (plus any :func:`build_processors` ``rules``). ``vocab``: anything with
+    ``eos_id``, ``pad_id``, ``bos_id``, ``unk_id``. Validation, ``Captioner.generate`` and
+    SCST's sampling all use it, so that a validation score is the score ``catcap evaluate``
+    gives and SCST is judged by the captions it learned from (SCST never samples ``<unk>``, so
+    nothing keeps its probability down: without this rule in validation, greedy decoding
+    after a few SCST epochs emitted runs of ``<unk>``)."""
+    return build_processors(vocab.eos_id, suppress_ids=[vocab.pad_id, vocab.bos_id, vocab.unk_id], **rules)
+
+
 def apply_processors(processors: Iterable[Processor], log_probs: Tensor, history: Tensor, step: int) -> Tensor:
     """Run every processor in order on (R, V) log-probs."""
     for processor in processors:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from catcap.decoding import beam_search, build_processors, greedy, sample
+from catcap.decoding import beam_search, caption_processors, greedy, sample
 
 BASELINES = ("greedy", "mean", "beam")
 
@@ -121,8 +121,9 @@ def sequence_log_probs(model, features: Tensor, feature_mask: Tensor, tokens: Te
 
 
 def scst_processors(vocab) -> tuple:
-    """Tokens a sampled caption never contains: ``<pad>``, ``<bos>``, ``<unk>``."""
-    return build_processors(vocab.eos_id, suppress_ids=[vocab.pad_id, vocab.bos_id, vocab.unk_id])
+    """Tokens a sampled caption never contains: ``<pad>``, ``<bos>``, ``<unk>`` (the same rule as
+    validation and generation, :func:`~catcap.decoding.caption_processors`)."""
+    return caption_processors(vocab)
 
 
 def policy_loss(token_log_probs: Tensor, advantage: Tensor) -> Tensor:

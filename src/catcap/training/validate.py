@@ -17,16 +17,17 @@ from tqdm import tqdm
 from catcap.data.collate import collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
-from catcap.decoding import beam_search, greedy
+from catcap.decoding import beam_search, caption_processors, greedy
 from catcap.metrics.evaluate import Evaluation, evaluate_tokenized
 from catcap.training.distributed import DistContext, gather_rows
 
 
 @torch.no_grad()
 def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progress: bool = False, beam: int = 1,
-                  autocast=None) -> list[torch.Tensor]:
+                  autocast=None, processors=()) -> list[torch.Tensor]:
     """Generated token ids (1-D, without ``<bos>``) of every item of ``dataset``, in order,
-    greedy (beam 1) or by beam search; ``autocast``: a context manager factory (reduced precision)."""
+    greedy (beam 1) or by beam search; ``autocast``: a context manager factory (reduced precision);
+    ``processors``: decoding rules (:func:`~catcap.decoding.caption_processors`)."""
     model.eval()
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_images)
     rows: list[torch.Tensor] = []
@@ -34,9 +35,10 @@ def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progres
         batch = batch.to(device)
         with (autocast or nullcontext)():
             if beam > 1:
-                out = beam_search(model, batch.features, batch.feature_mask, beam_size=beam, max_len=max_len)
+                out = beam_search(model, batch.features, batch.feature_mask, beam_size=beam, max_len=max_len,
+                                  processors=processors)
             else:
-                out = greedy(model, batch.features, batch.feature_mask, max_len=max_len)
+                out = greedy(model, batch.features, batch.feature_mask, max_len=max_len, processors=processors)
         rows.extend(out.tokens.cpu())
     return rows
 
@@ -44,13 +46,15 @@ def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progres
 def decode_split(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, max_len: int,
                  progress: bool = False, beam: int = 1, ctx: DistContext | None = None,
                  autocast=None) -> tuple[list, list[list[str]], list[list[list[str]]]]:
-    """Captions of every image: (image ids, candidate tokens, reference tokens), in dataset order.
+    """Captions of every image: (image ids, candidate tokens, reference tokens), in dataset order,
+    decoded with the rules of ``catcap evaluate`` (:func:`~catcap.decoding.caption_processors`).
     With a distributed ``ctx``, each rank decodes its shard and the results are gathered."""
     ctx = ctx or DistContext()
     n = len(dataset)
     mine = list(range(ctx.rank, n, ctx.world))
     part = dataset if not ctx.enabled else Subset(dataset, mine)
-    rows = decode_tokens(model, part, device, batch_size, max_len, progress and ctx.is_main, beam, autocast)
+    rows = decode_tokens(model, part, device, batch_size, max_len, progress and ctx.is_main, beam, autocast,
+                         caption_processors(vocab))
     tokens = _in_dataset_order(rows, mine, n, ctx, vocab.pad_id)
     ids = [r.image_id for r in dataset.records]
     refs = [[list(c) for c in r.captions] for r in dataset.records]
