@@ -20,7 +20,7 @@ class TrainConfig:
     """``train:`` section. Paper settings (SPEC.md §4): Adam, noam with 10,000 warm-up steps,
     batch 50. ``save_every`` (steps) adds mid-epoch checkpoints for resuming long epochs;
     ``max_steps`` stops early (tests, quick looks); validation decodes greedily up to
-    ``val_max_len`` words and picks the best checkpoint by CIDEr-D; ``awc`` adds the adaptive
+    ``val_max_len`` words, with the rules of ``catcap evaluate`` (never ``<unk>``), and picks the best checkpoint by CIDEr-D; ``awc`` adds the adaptive
     weight constraint of CAT/LightCAT to the XE loss (``catcap.training.awc``).
     ``objective``: ``xe``; ``scst`` (self-critical from the first step, usually with
     ``init_from`` = an XE checkpoint whose weights and vocabulary start the run); or
