@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 
 def replace_folder(tmp: Path, out: Path) -> None:
@@ -17,3 +20,19 @@ def replace_folder(tmp: Path, out: Path) -> None:
     os.replace(tmp, out)
     if old is not None:
         shutil.rmtree(old)
+
+
+@contextlib.contextmanager
+def building_folder(out: Path) -> Iterator[Path]:
+    """``with building_folder(out) as tmp:`` write everything into ``tmp`` (a hidden sibling of
+    ``out``); on a clean exit it becomes ``out`` (mode 755, replacing an old one), on an error it
+    is removed and ``out`` is untouched."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        replace_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

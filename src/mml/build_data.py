@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 
 from catcap.data.features import open_feature_store
-from catcap.folders import replace_folder
+from catcap.folders import building_folder
 from catcap.data.karpathy import ImageRecord, load_karpathy
 from catcap.data.vocab import Vocab
 from mml.coco_utils import CAPTIONS_FILE, SPECIAL_WORDS, SPLITS, VOCAB_FILE, features_file, urls_file
@@ -66,17 +66,10 @@ def build_from_karpathy(dataset, features, out_dir=None, *, image_root=None, pca
     vocab = Vocab.build((c for r in records["train"] for c in r.captions), min_count=min_count)
     words = list(SPECIAL_WORDS) + vocab.tokens[len(SPECIAL_WORDS):]
     root = Path(image_root) if image_root is not None else Path(dataset).parent
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with building_folder(out) as tmp:
         info = _write_folder(tmp, records, vocab, words, features, root, pca_dim, max_words)
         info["source"] = source or {"kind": "karpathy", "dataset": str(dataset), "features": str(features)}
         (tmp / "info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

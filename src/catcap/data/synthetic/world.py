@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -26,7 +24,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from catcap.data.features import HDF5FeatureWriter
-from catcap.folders import replace_folder
+from catcap.folders import building_folder
 
 from .captions import caption_scene, tokens
 from .qa import ask_scene
@@ -128,18 +126,11 @@ def make_world(out_dir: Union[str, os.PathLike], *, num_train: int = 3000, num_v
                          f"{sum(sizes.values())} images, image_size={image_size}, feature_dim={feature_dim}")
     out = Path(out_dir).absolute()
     _check_target(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with building_folder(out) as tmp:
         entries = _generate(tmp, {k: v for k, v in sizes.items() if v}, seed, image_size, feature_dim, progress)
         text = json.dumps({"dataset": "shapes", "images": entries})
         (tmp / "dataset_shapes.json").write_text(text, encoding="utf-8")
         info = {"generator": ENCODER, "seed": seed, "image_size": image_size,
                 "feature_dim": feature_dim, "splits": sizes, "projection_seed": PROJECTION_SEED}
         (tmp / "world.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return _paths(out)
