@@ -22,15 +22,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Sequence, TypeVar
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
 from catcap.config import ConfigError
-
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class DistContext:
@@ -93,26 +90,12 @@ def teardown(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
-def shard(items: Sequence[T], ctx: DistContext) -> list[T]:
-    """This rank's part of ``items``: ``items[rank::world]``."""
-    return list(items[ctx.rank::ctx.world])
-
-
 def all_sum(values: Sequence[float], ctx: DistContext) -> list[float]:
     """Element-wise sum over ranks of a few numbers (float64 on the wire)."""
     if not ctx.enabled:
         return [float(v) for v in values]
     t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_wire(ctx))
     dist.all_reduce(t)
-    return t.cpu().tolist()
-
-
-def broadcast_floats(values: Sequence[float], ctx: DistContext) -> list[float]:
-    """Rank 0's numbers on every rank."""
-    if not ctx.enabled:
-        return [float(v) for v in values]
-    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_wire(ctx))
-    dist.broadcast(t, src=0)
     return t.cpu().tolist()
 
 

@@ -68,7 +68,3 @@ def uses_all_parameters(objective: Objective, phase: str) -> bool:
     adaptive betas are unused in SCST unless ``scst.keep_awc``."""
     has_betas = objective.awc is not None and any(p.requires_grad for p in objective.awc.parameters())
     return not (has_betas and phase == "scst" and not objective.scst_awc)
-
-
-def as_floats(record: dict) -> dict:
-    return {k: (float(v.detach()) if torch.is_tensor(v) else v) for k, v in record.items()}
