@@ -6,17 +6,12 @@ import signal
 import subprocess
 import sys
 
+from tiny_runs import tiny_run_overrides
+
 
 def tiny_args(world, out_dir, **extra) -> list[str]:
     """key=value overrides for a fast CPU run (lr kept moderate so that runs do not go chaotic)."""
-    items = {
-        "data.dataset": world.dataset, "data.features": world.features, "data.min_count": 1,
-        "model.feature_dim": 32, "model.d_model": 32, "model.num_heads": 2, "model.encoder_layers": 1,
-        "model.decoder_layers": 2, "model.d_ff": 64, "out_dir": out_dir, "train.batch_size": 12,
-        "train.epochs": 1, "train.schedule.warmup": 200, "train.progress": False, "train.log_every": 1,
-    }
-    items.update(extra)
-    return [f"{k}={v}" for k, v in items.items()]
+    return tiny_run_overrides(world, out_dir, **{"train.epochs": 1, "train.schedule.warmup": 200, **extra})
 
 
 def catcap_train(args, nproc: int = 1, wait: bool = True, timeout: int = 300):
