@@ -8,7 +8,8 @@ training), with the trainer's optimizer (fused Adam). Several models are measure
 interleaved (each repeat times every model in turn) so that drifting machine load affects them
 alike. Prints one JSON line per model and thread count:
 {"model", "greedy_s", "beam_s", "train_step_s", "threads", ...} (medians of --repeats runs,
-plus the minimum of each and, for every model but the first, its ratio to the first).
+plus the minimum of each and, for every model but the first, its ratio to the first: the
+median over repeats of the ratio within a repeat, which drifting load affects least).
 
 Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models transformer cat lightcat]
        python benchmarks/decode.py --device cuda --precision fp32 bf16 --models transformer cat lightcat
@@ -89,13 +90,14 @@ class Bench:
 
 
 def interleaved(benches: list[Bench], job: str, repeats: int) -> dict[str, list[float]]:
-    """Seconds per run of ``job`` for every bench, each repeat timing every bench in turn."""
+    """Seconds per run of ``job`` for every bench, each repeat timing every bench in turn
+    (starting with a different one each repeat, so that none is always first)."""
     times = {b.name: [] for b in benches}
     for b in benches:
         getattr(b, job)()  # warm-up
         b.sync()
-    for _ in range(repeats):
-        for b in benches:
+    for r in range(repeats):
+        for b in benches[r % len(benches):] + benches[:r % len(benches)]:
             b.sync()
             start = time.perf_counter()
             getattr(b, job)()
@@ -135,8 +137,9 @@ def run(benches: list[Bench], args, precision: str) -> None:
             for job in ("greedy", "beam", "train_step"):
                 median = statistics.median(timed[job][b.name])
                 result[f"{job}_s"], result[f"{job}_min_s"] = round(median, 4), round(min(timed[job][b.name]), 4)
-                if b.name != first:
-                    result[f"{job}_ratio"] = round(median / statistics.median(timed[job][first]), 3)
+                if b.name != first:  # paired: the ratio within each repeat, then its median
+                    pairs = [t / t0 for t, t0 in zip(timed[job][b.name], timed[job][first])]
+                    result[f"{job}_ratio"] = round(statistics.median(pairs), 3)
             result["threads"], result["device"], result["precision"] = threads, args.device, precision
             print(json.dumps(result), flush=True)
 

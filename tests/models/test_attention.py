@@ -54,3 +54,15 @@ def test_grouped_queries_equal_per_hypothesis_memory_copies():
     grouped, _ = mha(q.view(b, g, 8), mha.project_kv(mem), mask[:, None, :])
     copied, _ = mha(q, mha.project_kv(mem.repeat_interleave(g, 0)), mask.repeat_interleave(g, 0)[:, None, :])
     torch.testing.assert_close(grouped.reshape(b * g, 1, 8), copied, rtol=1e-5, atol=1e-6)
+
+
+def test_key_value_cat_equals_torch_cat_for_any_layout():
+    from catcap.models.attention import KeyValue
+
+    torch.manual_seed(2)
+    old = KeyValue(torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5))
+    new = KeyValue(*(torch.randn(3, 1, 2, 5).transpose(1, 2) for _ in range(2)))  # head-split views
+    grown = old.cat(new)
+    assert grown.k.is_contiguous() and grown.length == 5
+    torch.testing.assert_close(grown.k, torch.cat([old.k, new.k], dim=2), rtol=0, atol=0)
+    torch.testing.assert_close(grown.v, torch.cat([old.v, new.v], dim=2), rtol=0, atol=0)

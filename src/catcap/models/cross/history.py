@@ -33,8 +33,7 @@ class HistoricalContextMemory:
 
     def appended(self, entry: KeyValue) -> "HistoricalContextMemory":
         """The memory with one more entry per row (``entry`` is (R, H, 1, d_k))."""
-        new = entry.contiguous()
-        return HistoricalContextMemory(new if self.keys is None else self.keys.cat(new))
+        return HistoricalContextMemory(entry.contiguous() if self.keys is None else self.keys.cat(entry))
 
     def index_select(self, index: Tensor) -> "HistoricalContextMemory":
         """Rows ``index`` (beam reordering)."""

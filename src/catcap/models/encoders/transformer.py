@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from catcap.models.attention import MultiHeadAttention
-from catcap.models.layers import FeedForward
+from catcap.models.layers import FeedForward, rows_through
 from catcap.registry import ENCODERS
 
 
@@ -22,7 +22,7 @@ class FeatureProjection(nn.Module):
         self.net = nn.Sequential(nn.Linear(feature_dim, d_model), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.LayerNorm(d_model))
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.net(features)
+        return rows_through(self.net, features)
 
 
 class EncoderLayer(nn.Module):
