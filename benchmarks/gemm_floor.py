@@ -1,0 +1,68 @@
+"""How fast greedy decoding could be on this machine: its matrix products alone (issue 3).
+
+Times, with one thread, every matrix-product shape the paper-size Transformer's greedy decode
+of ``benchmarks/decode.py`` runs (50 images x 50 regions x 2048-d, 17 steps, D=512, d_ff 2048,
+3+3 layers, vocab 10,000), each on its own with the bias, and adds them up with their counts.
+Attention products, LayerNorms and everything else come on top, so a greedy decode cannot be
+faster than this sum on this machine; the difference to ``decode.py``'s ``greedy_s`` is
+what all other work costs. Prints one JSON line per shape and one with the total.
+
+Usage: python benchmarks/gemm_floor.py [--repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+B, N, FEAT, D, D_FF, LAYERS, V, STEPS = 50, 50, 2048, 512, 2048, 3, 10000, 17
+REGIONS = B * N
+
+
+def shapes() -> list[tuple[str, int, int, int, int]]:
+    """(what, rows, in, out, count) for one greedy decode."""
+    return [
+        ("feature projection", REGIONS, FEAT, D, 1),
+        ("encoder q/k/v/out", REGIONS, D, D, 4 * LAYERS),
+        ("encoder FFN in", REGIONS, D, D_FF, LAYERS),
+        ("encoder FFN out", REGIONS, D_FF, D, LAYERS),
+        ("cross-attention keys/values, once", REGIONS, D, D, 2 * LAYERS),
+        ("decoder self q/k/v/out + cross q/out", B, D, D, 6 * LAYERS * STEPS),
+        ("decoder FFN in", B, D, D_FF, LAYERS * STEPS),
+        ("decoder FFN out", B, D_FF, D, LAYERS * STEPS),
+        ("vocabulary projection", B, D, V, STEPS),
+    ]
+
+
+def seconds(rows: int, fan_in: int, fan_out: int, repeats: int) -> float:
+    x, w, b = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(fan_out)
+    F.linear(x, w, b)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        F.linear(x, w, b)
+    return (time.perf_counter() - start) / repeats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    total = flops = 0.0
+    for what, rows, fan_in, fan_out, count in shapes():
+        each = seconds(rows, fan_in, fan_out, args.repeats)
+        work = 2 * rows * fan_in * fan_out
+        total, flops = total + each * count, flops + work * count
+        print(json.dumps({"shape": what, "rows": rows, "in": fan_in, "out": fan_out, "count": count,
+                          "ms_each": round(each * 1e3, 3), "gflops_per_s": round(work / each / 1e9, 1),
+                          "s_total": round(each * count, 3)}), flush=True)
+    print(json.dumps({"greedy_matrix_products_s": round(total, 3), "gflop": round(flops / 1e9, 1),
+                      "threads": 1}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
