@@ -232,3 +232,20 @@ def test_bad_arguments_are_reported():
         beam_search(model, features, mask, beam_size=2, num_return=3)
     with pytest.raises(ValueError, match="feature_mask"):
         beam_search(model, features, mask.long())
+
+
+def test_first_step_runs_once_per_image_then_once_per_beam():
+    """All K beams of an image start identical: the model's first step sees B rows, later steps B * K."""
+    model, (features, mask) = make_model(3, 0.6, "caca"), regions()
+    rows, step = [], model.step
+
+    def counting_step(tokens, state):
+        rows.append((tokens.shape[0], state.group))
+        return step(tokens, state)
+
+    model.step = counting_step
+    out = beam_search(model, features, mask, beam_size=4, max_len=6, num_return=4)
+    assert rows[0] == (3, 1) and all(r == (12, 4) for r in rows[1:]) and len(rows) > 1
+    del model.step
+    ref = reference_beam_search(model, features, mask, beam_size=4, max_len=6, num_return=4)
+    assert out.tokens.tolist() == ref.tokens.tolist()

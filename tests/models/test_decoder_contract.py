@@ -93,6 +93,28 @@ def test_reorder_moves_caches_with_hypotheses(variant):
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
+def test_reorder_can_grow_the_group(variant):
+    """A one-hypothesis-per-image state copied to K rows each (beam search's first step)
+    continues exactly like a state started with K rows per image."""
+    model = make_model(*variant)
+    features, fmask, _, _ = batch()
+    with torch.no_grad():
+        memory, mask = model.encode(features, fmask)
+        one = model.init_state(memory, mask, 1)
+        _, one = model.step(torch.tensor([1, 1, 1]), one)
+        grown = one.reorder(torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2]), group=3)
+        three = model.init_state(memory, mask, 3)
+        _, three = model.step(torch.tensor([1] * 9), three)
+        tokens = torch.tensor([5, 6, 7, 8, 9, 10, 11, 5, 6])
+        a, _ = model.step(tokens, grown)
+        b, _ = model.step(tokens, three)
+        with pytest.raises(ValueError, match="reorder needs 3 images x 3 hypotheses = 9 indices, got 6"):
+            one.reorder(torch.tensor([0, 0, 1, 1, 2, 2]), group=3)
+    assert grown.group == 3
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
 @pytest.mark.parametrize("training", [False, True])
 def test_grouped_teacher_forcing_equals_repeated_memory(variant, training):
     """decoder(tokens of G captions per image, memory once per image, group=G) ==

@@ -18,8 +18,10 @@ One step (the standard fairseq / Hugging Face scheme):
    by the most favourable remaining length; the search stops when every image is done or at
    ``max_len``, where all open beams are closed with ``<eos>``.
 
-At step 0 all K beams of an image are identical, so only beam 0 is expanded (the others start
-at -inf) and no duplicates appear. Legend: B images, K beams, V vocab, L = max_len + 1.
+At step 0 all K beams of an image are identical, so the model runs that step once per image
+and its output and state are then copied to the K beams (``state.reorder(..., group=K)``);
+only beam 0 is expanded (the others start at -inf), so no duplicates appear. Legend: B images,
+K beams, V vocab, L = max_len + 1.
 """
 
 from __future__ import annotations
@@ -99,17 +101,20 @@ def beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 
         raise ValueError(f"need beam_size >= 1 and 1 <= num_return <= beam_size, got {beam_size}, {num_return}")
     processors, k, b = tuple(processors), beam_size, features.shape[0]
     memory, memory_mask = model.encode(features, feature_mask)
-    state = model.init_state(memory, memory_mask, group=k)
+    state = model.init_state(memory, memory_mask, group=1)  # step 0 runs once per image
     device = features.device
     sums = torch.zeros(b, k, device=device)
     sums[:, 1:] = NEG_INF  # step 0: only beam 0 is expanded
-    tokens = torch.full((b * k,), model.bos_id, dtype=torch.long, device=device)
+    tokens = torch.full((b,), model.bos_id, dtype=torch.long, device=device)
     history, history_lp = tokens.new_empty(b * k, 0), sums.new_empty(b * k, 0)
     pool = Pool.empty(b, k, max_len + 1, model.pad_id, device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
     first_row = torch.arange(b, device=device)[:, None] * k
     for step in range(max_len + 1):
         logits, state = model.step(tokens, state)
+        if step == 0:  # the K identical beams of an image: copies of its one first step
+            beams = torch.arange(b, device=device).repeat_interleave(k)
+            logits, state = logits.index_select(0, beams), state.reorder(beams, group=k)
         log_probs = logits.float().log_softmax(dim=-1)
         scores = apply_processors(processors, log_probs, history, step)
         if step == max_len:

@@ -49,9 +49,16 @@ class DecoderState:
         """B, the number of images."""
         return self.memory_mask.shape[0]
 
-    def reorder(self, index: Tensor) -> "DecoderState":
-        """Keep hypotheses ``index`` (B * group,) — indices must stay within each image's group."""
-        return replace(self, caches=select_rows(self.caches, index))
+    def reorder(self, index: Tensor, group: int | None = None) -> "DecoderState":
+        """Keep hypotheses ``index`` (B * group,) — indices must stay within each image's group.
+        With ``group``, the state holds that many hypotheses per image afterwards: beam search
+        runs its first step with one hypothesis per image and then continues with K
+        (``index`` then has B * K entries, each image's row repeated or not as chosen)."""
+        group = self.group if group is None else group
+        if index.shape[0] != self.batch_size * group:
+            raise ValueError(f"reorder needs {self.batch_size} images x {group} hypotheses = "
+                             f"{self.batch_size * group} indices, got {index.shape[0]}")
+        return replace(self, caches=select_rows(self.caches, index), group=group)
 
     def advanced(self, caches: Any) -> "DecoderState":
         """The state after one more token, with the updated caches."""
