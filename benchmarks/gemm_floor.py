@@ -19,22 +19,29 @@ import time
 import torch
 import torch.nn.functional as F
 
-B, N, FEAT, D, D_FF, LAYERS, V, STEPS = 50, 50, 2048, 512, 2048, 3, 10000, 17
-REGIONS = B * N
+from catcap.config import load_config
+from catcap.training.experiment import ExperimentConfig
+from decode import PRESETS, B, N, T, V
+
+STEPS, REGIONS = T + 1, B * N  # 16 words + the forced <eos> step
 
 
 def shapes() -> list[tuple[str, int, int, int, int]]:
-    """(what, rows, in, out, count) for one greedy decode."""
+    """(what, rows, in, out, count) for one greedy decode of the paper-size Transformer."""
+    m = load_config(ExperimentConfig, PRESETS / "transformer.yaml").model
+    feat, d, d_ff, layers = m.feature_dim, m.d_model, m.d_ff, m.encoder_layers
+    if m.decoder_layers != layers:
+        raise ValueError("the shape list below assumes as many decoder as encoder layers")
     return [
-        ("feature projection", REGIONS, FEAT, D, 1),
-        ("encoder q/k/v/out", REGIONS, D, D, 4 * LAYERS),
-        ("encoder FFN in", REGIONS, D, D_FF, LAYERS),
-        ("encoder FFN out", REGIONS, D_FF, D, LAYERS),
-        ("cross-attention keys/values, once", REGIONS, D, D, 2 * LAYERS),
-        ("decoder self q/k/v/out + cross q/out", B, D, D, 6 * LAYERS * STEPS),
-        ("decoder FFN in", B, D, D_FF, LAYERS * STEPS),
-        ("decoder FFN out", B, D_FF, D, LAYERS * STEPS),
-        ("vocabulary projection", B, D, V, STEPS),
+        ("feature projection", REGIONS, feat, d, 1),
+        ("encoder q/k/v/out", REGIONS, d, d, 4 * layers),
+        ("encoder FFN in", REGIONS, d, d_ff, layers),
+        ("encoder FFN out", REGIONS, d_ff, d, layers),
+        ("cross-attention keys/values, once", REGIONS, d, d, 2 * layers),
+        ("decoder self q/k/v/out + cross q/out", B, d, d, 6 * layers * STEPS),
+        ("decoder FFN in", B, d, d_ff, layers * STEPS),
+        ("decoder FFN out", B, d_ff, d, layers * STEPS),
+        ("vocabulary projection", B, d, V, STEPS),
     ]
 
 
