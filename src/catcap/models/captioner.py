@@ -3,7 +3,8 @@
     memory, mask = model.encode(features, feature_mask)     # once per image
     state = model.init_state(memory, mask, group=G)         # G hypotheses per image
     logits, state = model.step(tokens, state)               # tokens (B*G,), logits (B*G, V)
-    state = state.reorder(index)                            # beam search
+    state = state.reorder(index)                            # beam search (keep/permute hypotheses)
+    state = state.reorder(index, group=K)                   # ... and change G (beam's first step)
 
 ``forward`` is the teacher-forced pass used for XE training: captions (B, T) are
 ``<bos> w_1 .. w_k <eos> <pad>..``; the model reads positions 0..T-2 and its logits
