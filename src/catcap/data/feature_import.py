@@ -32,6 +32,7 @@ import h5py
 import numpy as np
 
 from catcap.data.feature_base import FeatureStoreError
+from catcap.progress import progress_bar
 
 FORMATS = ("tsv", "npy", "m2", "lmdb")
 TSV_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
@@ -140,8 +141,6 @@ def read_features(fmt: str, source, boxes_dir=None) -> Iterator[Item]:
 def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = True) -> dict:
     """Convert ``source`` (format ``fmt``) into the HDF5 store ``out``; an interrupted import
     resumes (keys already written are skipped). Returns {"written", "skipped", "feature_dim"}."""
-    from tqdm import tqdm
-
     from catcap.data.features_hdf5 import HDF5FeatureWriter
 
     items = read_features(fmt, source, boxes_dir)
@@ -156,7 +155,7 @@ def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = T
     meta = {"source_format": fmt, "source": str(source)}
     with HDF5FeatureWriter(out, dim, meta, resume=resume) as writer:
         done = writer.written_keys()
-        bar = tqdm(desc=f"import {fmt}", unit="img", disable=not progress)
+        bar = progress_bar(desc=f"import {fmt}", unit="img", enabled=progress)
         for key, feats, boxes in _chain(first, items):
             if key in done:
                 skipped += 1

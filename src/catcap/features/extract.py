@@ -27,6 +27,7 @@ from PIL import Image
 
 from catcap.features.efficientnet import ImageEncoder, _spec, preprocess_image
 from catcap.features.onnx_backend import make_encoder
+from catcap.progress import progress_bar
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff")
 PathLike = Union[str, "os.PathLike[str]"]
@@ -195,9 +196,9 @@ def extract_features(
                         for row, (j, width, height) in enumerate(ok):
                             writer.write(names[todo[j]], grid[row], enc.boxes(width, height))
                         result.extracted += len(ok)
-                    bar.update(len(ok) + len(bad))
                     if bad:
-                        bar.set_postfix(errors=len(result.errors))
+                        bar.set_postfix(errors=len(result.errors), refresh=False)
+                    bar.update(len(ok) + len(bad))
         finally:
             bar.close()
     _write_errors(out, result.errors)
@@ -209,9 +210,7 @@ def extract_features(
 
 
 def _progress(total: int, *, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="img", desc="extract", disable=not enabled, dynamic_ncols=True)
+    return progress_bar(total=total, unit="img", desc="extract", enabled=enabled)
 
 
 def _errors_path(out: Path) -> Path:

@@ -34,12 +34,12 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from catcap.config import to_dict
 from catcap.data.collate import collate_captions, collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
+from catcap.progress import progress_bar
 from catcap.training.awc import make_awc
 from catcap.training.checkpoint import load_checkpoint, save_checkpoint
 from catcap.training.distributed import all_sum, barrier, gather_rng_states, setup_distributed
@@ -322,8 +322,9 @@ class Trainer:
         batches = self._epoch_plan()
         todo = batches[self.pos.batch:]
         micro = [m for b in todo for m in split_batch(b, self.dist.rank, self.dist.world, t.accumulate)]
-        bar = tqdm(total=len(batches), initial=self.pos.batch, desc=f"{self.pos.phase} epoch {self.pos.epoch + 1}/{t.epochs}",
-                   unit="batch", disable=not (t.progress and self.dist.is_main))
+        bar = progress_bar(total=len(batches), initial=self.pos.batch, unit="batch",
+                           desc=f"{self.pos.phase} epoch {self.pos.epoch + 1}/{t.epochs}",
+                           enabled=t.progress and self.dist.is_main)
         start, done_here = time.perf_counter(), 0
         loader = iter(self._loader(micro))
         for _ in todo:
@@ -331,8 +332,8 @@ class Trainer:
                                      for _ in range(t.accumulate)])
             self.pos.batch += 1
             done_here += 1
+            bar.set_postfix(loss=f"{parts['loss']:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.2e}", refresh=False)
             bar.update(1)
-            bar.set_postfix(loss=f"{parts['loss']:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.2e}")
             if self.pos.step % t.log_every == 0:
                 self._log_json({"kind": "train", "phase": self.pos.phase, "step": self.pos.step, "epoch": self.pos.epoch, **parts,
                                 "lr": self.optimizer.param_groups[0]["lr"],

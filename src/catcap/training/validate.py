@@ -12,13 +12,13 @@ from contextlib import nullcontext
 
 import torch
 from torch.utils.data import DataLoader, Subset
-from tqdm import tqdm
 
 from catcap.data.collate import collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
 from catcap.decoding import beam_search, caption_processors, greedy
 from catcap.metrics.evaluate import Evaluation, evaluate_tokenized
+from catcap.progress import progress_bar
 from catcap.training.distributed import DistContext, gather_rows
 
 
@@ -31,7 +31,7 @@ def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progres
     model.eval()
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_images)
     rows: list[torch.Tensor] = []
-    for batch in tqdm(loader, desc="validate", unit="batch", disable=not progress, leave=False):
+    for batch in progress_bar(loader, desc="validate", unit="batch", enabled=progress, leave=False):
         batch = batch.to(device)
         with (autocast or nullcontext)():
             if beam > 1:

@@ -30,7 +30,8 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+
+from catcap.progress import progress_bar
 
 HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions with a historical context memory
 
@@ -253,7 +254,7 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
     sums = np.zeros((heads, max_len + 1))
     counts = np.zeros(max_len + 1, dtype=np.int64)
     captions = {}
-    bar = tqdm(total=len(records), desc=f"history weights ({label or split})", unit="img", disable=not progress)
+    bar = progress_bar(total=len(records), desc=f"history weights ({label or split})", unit="img", enabled=progress)
     for i in range(0, len(records), batch_size):
         chunk = records[i:i + batch_size]
         feats, mask = _batch_features(store, chunk)

@@ -21,10 +21,10 @@ from typing import Union
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
 
 from catcap.data.features import HDF5FeatureWriter
 from catcap.folders import building_folder
+from catcap.progress import progress_bar
 
 from .captions import caption_scene, tokens
 from .qa import ask_scene
@@ -95,7 +95,7 @@ def _generate(root: Path, split_sizes: dict, seed: int, image_size: int, feature
     entries, image_id = [], 0
     total = sum(split_sizes.values())
     with HDF5FeatureWriter(root / "features.h5", feature_dim, meta) as writer, \
-            tqdm(total=total, desc="shapes world", unit="img", disable=not progress) as bar:
+            progress_bar(total=total, desc="shapes world", unit="img", enabled=progress) as bar:
         for split, count in split_sizes.items():
             for _ in range(count):
                 image_id += 1

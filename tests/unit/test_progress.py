@@ -1,0 +1,62 @@
+"""Progress bars: redrawn in place on a terminal, a few plain lines in a log file."""
+
+import io
+
+import pytest
+
+from catcap.progress import progress_bar
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _run(stream, n=500, **kw):
+    bar = progress_bar(total=n, desc="epoch 1/3", unit="batch", stream=stream, **kw)
+    for i in range(n):
+        bar.set_postfix(loss=f"{1.0 / (i + 1):.3f}", refresh=False)
+        bar.update(1)
+    bar.close()
+    return stream.getvalue()
+
+
+def test_log_file_gets_few_complete_lines(monkeypatch):
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", "1000")
+    out = _run(io.StringIO())
+    lines = out.splitlines()
+    assert "\r" not in out and out.endswith("\n")
+    assert 1 <= len(lines) <= 3, lines  # the start and the finished bar, not one line per batch
+    last = lines[-1]
+    assert last.startswith("epoch 1/3") and "500/500" in last and "batch/s" in last and "loss=0.002" in last
+
+
+def test_log_interval_zero_writes_every_update(monkeypatch):
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", "0")
+    lines = _run(io.StringIO(), n=50).splitlines()
+    assert len(lines) >= 50
+    assert "<" in lines[len(lines) // 2]  # tqdm's "elapsed<remaining" ETA field
+
+
+def test_terminal_is_redrawn_in_place(monkeypatch):
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", "1000")  # ignored on a terminal
+    out = _run(_Terminal(), n=20)
+    assert "\r" in out and "20/20" in out
+
+
+def test_disabled_bar_writes_nothing():
+    assert _run(io.StringIO(), enabled=False) == ""
+
+
+def test_iterable_form_yields_every_item(monkeypatch):
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", "1000")
+    stream = io.StringIO()
+    assert list(progress_bar(range(7), desc="validate", unit="batch", stream=stream)) == list(range(7))
+    assert "7/7" in stream.getvalue()
+
+
+@pytest.mark.parametrize("bad", ["soon", "-1"])
+def test_bad_interval_is_a_clear_error(monkeypatch, bad):
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", bad)
+    with pytest.raises(ValueError, match="CATCAP_PROGRESS_SECONDS"):
+        progress_bar(total=3, desc="x", unit="img", stream=io.StringIO())
