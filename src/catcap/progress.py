@@ -24,6 +24,8 @@ from tqdm import tqdm as _plain_tqdm
 from tqdm.auto import tqdm as _auto_tqdm
 
 DEFAULT_LOG_SECONDS = 30.0
+# tqdm.auto picks its notebook widget class inside Jupyter (and an asyncio-capable plain bar elsewhere)
+_IN_NOTEBOOK = any(cls.__module__ == "tqdm.notebook" for cls in _auto_tqdm.__mro__)
 
 
 class _LineStream:
@@ -66,7 +68,7 @@ def progress_bar(iterable=None, *, desc: str, unit: str, total: int | None = Non
     stream = sys.stderr if stream is None else stream
     common = dict(iterable=iterable, total=total, desc=desc, unit=unit, initial=initial, leave=leave,
                   disable=not enabled)
-    if _auto_tqdm is not _plain_tqdm and stream is sys.stderr:  # a notebook: tqdm's widget
+    if _IN_NOTEBOOK and stream is sys.stderr:
         return _auto_tqdm(**common)
     if _is_terminal(stream):
         return _plain_tqdm(**common, file=stream, dynamic_ncols=True)

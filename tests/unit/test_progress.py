@@ -60,3 +60,13 @@ def test_bad_interval_is_a_clear_error(monkeypatch, bad):
     monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", bad)
     with pytest.raises(ValueError, match="CATCAP_PROGRESS_SECONDS"):
         progress_bar(total=3, desc="x", unit="img", stream=io.StringIO())
+
+
+def test_default_stream_is_stderr_and_follows_the_same_rules(monkeypatch, capsys):
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", "1000")
+    bar = progress_bar(total=300, desc="xe epoch 1/8", unit="batch")
+    for _ in range(300):
+        bar.update(1)
+    bar.close()
+    err = capsys.readouterr().err  # pytest's capture is not a terminal
+    assert "\r" not in err and len(err.splitlines()) <= 3 and "300/300" in err
