@@ -12,6 +12,9 @@ imports, analyses) draws its bar through :func:`progress_bar`:
 - in a Jupyter notebook: tqdm's notebook widget (``tqdm.auto``).
 
 ``enabled=False`` (``--quiet``, ``train.progress: false``, non-zero ranks) draws nothing.
+Wrapping an iterable creates exactly one iterator of it, as a plain loop does: every DataLoader
+iterator draws a seed from the global torch RNG, so a bar that made a second one (tqdm.auto's
+asyncio class does) would move every later dropout mask of a training run.
 """
 
 from __future__ import annotations
