@@ -115,3 +115,14 @@ def test_evaluate_against_a_karpathy_split_file(tmp_path):
     assert a.corpus == b.corpus
     proc = catcap("evaluate", "--results", str(results_path), "--refs", str(karpathy), "--metrics", "bleu", check=False)
     assert proc.returncode == 2 and "--split" in proc.stderr and "test (50 images)" in proc.stderr
+
+
+def test_synth_says_what_it_made_and_how_to_train_on_it(tmp_path, capsys):
+    from catcap.cli.main import main
+
+    out = tmp_path / "world"
+    assert main(["synth", "--out", str(out), "--train", "6", "--val", "2", "--test", "2", "--feature-dim", "16"]) == 0
+    text = capsys.readouterr().out
+    assert f"world written to {out} (10 images)" in text and "PosixPath" not in text
+    assert f"data.dataset={out / 'dataset_shapes.json'}" in text and "model.feature_dim=16" in text
+    assert (out / "dataset_shapes.json").is_file() and (out / "features.h5").is_file()

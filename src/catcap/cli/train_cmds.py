@@ -160,8 +160,22 @@ def cmd_synth(args) -> int:
 
     paths = api.synth(args.out, num_train=args.train, num_val=args.val, num_test=args.test, seed=args.seed,
                       feature_dim=args.feature_dim, overwrite=args.overwrite)
-    print(f"world written to {args.out}: {paths}")
+    print(world_summary(paths, args.train + args.val + args.test, args.feature_dim))
     return 0
+
+
+def world_summary(paths, images: int, feature_dim: int) -> str:
+    """What ``catcap synth`` made and the command that trains on it."""
+    return "\n".join([
+        f"world written to {paths.root} ({images} images)",
+        f"  images    {paths.images}",
+        f"  captions  {paths.dataset}  (Karpathy format: train/val/test splits)",
+        f"  features  {paths.features}  (region features, HDF5)",
+        f"  recipe    {paths.info}",
+        "train on it:",
+        f"  catcap train --config configs/experiments/demo.yaml data.dataset={paths.dataset} "
+        f"data.features={paths.features} model.feature_dim={feature_dim}",
+    ])
 
 
 def _with_flags(args) -> list[str]:
