@@ -6,13 +6,11 @@ Training, captioning and generation arrive with the pipeline.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence
 
+from catcap.atomic import write_json_atomic  # noqa: F401  (api.write_json_atomic, used by the CLI)
 from catcap.metrics.bootstrap import Comparison, paired_bootstrap
 from catcap.metrics.errors import MetricInputError
 from catcap.metrics.evaluate import Evaluation, evaluate_captions
@@ -65,21 +63,6 @@ def compare(
     ev_a = evaluate_captions(res_a, refs, metrics, corenlp_dir=corenlp_dir, log=log)
     ev_b = evaluate_captions(res_b, refs, metrics, corenlp_dir=corenlp_dir, log=log)
     return paired_bootstrap(ev_a, ev_b, resamples=resamples, seed=seed)
-
-
-def write_json_atomic(path: str | Path, data) -> None:
-    """Write JSON to ``path`` via a temp file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()):

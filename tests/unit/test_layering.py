@@ -1,4 +1,5 @@
-"""The direction of dependencies (DESIGN.md): catcap.metrics imports nothing else of catcap."""
+"""The direction of dependencies (DESIGN.md): catcap.metrics imports nothing else of catcap but the
+leaf utility catcap.atomic (atomic file writes), which imports nothing of catcap at all."""
 
 import subprocess
 import sys
@@ -13,13 +14,21 @@ print("\\n".join(loaded))
 print("TORCH" if "torch" in sys.modules else "NO-TORCH")
 """
 
+LEAVES = {"catcap", "catcap.atomic"}  # below every layer: import nothing of catcap
+
 
 def test_metrics_loads_nothing_else_of_catcap():
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout.split()
     modules = [m for m in out if m.startswith("catcap")]
     assert "catcap.metrics.evaluate" in modules and "catcap.metrics.cider" in modules
-    others = [m for m in modules if m != "catcap" and not m.startswith("catcap.metrics")]
+    others = [m for m in modules if m not in LEAVES and not m.startswith("catcap.metrics")]
     assert others == [], f"catcap.metrics imported other catcap layers: {others}"
+
+
+def test_leaf_utilities_import_nothing_of_catcap():
+    probe = "import sys, catcap.atomic; print(' '.join(sorted(m for m in sys.modules if m.startswith('catcap'))))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["catcap", "catcap.atomic"], out
 
 
 def test_metrics_does_not_import_torch():

@@ -40,8 +40,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from catcap.atomic import write_text_atomic
 from catcap.data.text import caption_tokens
-from catcap.data.vocab import write_text_atomic
 
 __all__ = ["DatasetImportError", "import_flickr8k", "import_coco", "write_dataset_json"]
 

@@ -37,8 +37,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from catcap.atomic import write_text_atomic
 from catcap.data.karpathy import ImageRecord, KarpathyFormatError, load_karpathy
-from catcap.data.vocab import Vocab, write_text_atomic
+from catcap.data.vocab import Vocab
 from catcap.metrics.docfreq import DocumentFrequency, write_npz_atomic
 
 __all__ = ["PrepareError", "prepare_dataset", "df_cache_name", "references_fingerprint", "load_captions",

@@ -11,11 +11,11 @@ where ``tokens[i]`` is the token of id ``i``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from catcap.atomic import write_text_atomic
 
 __all__ = ["Vocab", "VocabError", "PAD", "BOS", "EOS", "UNK", "SPECIALS"]
 
@@ -184,18 +184,3 @@ def _check_tokens(tokens: list, source: str) -> None:
         raise VocabError(f"{source}: expected distinct tokens, found duplicates: {'; '.join(dups[:5])}"
                          f"{f' ({len(dups)} in all)' if len(dups) > 5 else ''}; "
                          f"each token may appear once (special tokens only at ids 0..3)")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 import torch
 from PIL import Image
 
+from catcap.atomic import write_text_atomic
 from catcap.features.efficientnet import ImageEncoder, _spec, preprocess_image
 from catcap.features.onnx_backend import make_encoder
 from catcap.progress import progress_bar
@@ -225,10 +226,7 @@ def _write_errors(out: Path, errors: list[tuple[str, str]]) -> None:
         if path.exists():
             path.unlink()
         return
-    text = "".join(f"{p}\t{' '.join(m.split())}\n" for p, m in errors)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(f"{p}\t{' '.join(m.split())}\n" for p, m in errors))
 
 
 def read_errors(out: PathLike) -> list[tuple[str, str]]:

@@ -30,6 +30,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from catcap.atomic import atomic_path
 from catcap.features.efficientnet import EncoderError, ImageEncoder
 
 CHECK_TOLERANCE = 1e-3
@@ -66,19 +67,12 @@ def export_onnx(encoder: ImageEncoder, path: Path) -> Path:
     missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]  # the exporter needs both
     if missing:
         raise EncoderError(f"cannot export {encoder.name} to ONNX (missing: {', '.join(missing)}); {ONNX_HELP}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     size = encoder.input_size
     example = torch.zeros(2, 3, size, size)
-    try:
-        with _quiet_exporter():
-            torch.onnx.export(_GridNet(encoder.net).eval(), (example,), str(tmp), dynamo=True,
-                              input_names=["images"], output_names=["fmap"],
-                              dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=False)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_path(path) as tmp, _quiet_exporter():
+        torch.onnx.export(_GridNet(encoder.net).eval(), (example,), str(tmp), dynamo=True,
+                          input_names=["images"], output_names=["fmap"],
+                          dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=False)
     return path
 
 

@@ -14,13 +14,13 @@ number of images whose references contain that n-gram; ``num_docs`` = |D|.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from catcap.atomic import atomic_write
 from catcap.metrics.errors import MetricInputError
 from catcap.metrics.ngrams import Sentence, count_caption_set
 
@@ -124,17 +124,10 @@ class DocumentFrequency:
 
 
 def write_npz_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
-    """``np.savez_compressed`` into a temp file in the same folder, then ``os.replace``: a
-    killed process leaves the old file or the new one, never half of one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``np.savez_compressed`` to ``path`` atomically (:mod:`catcap.atomic`): a killed process
+    leaves the old file or the new one, never half of one."""
+    with atomic_write(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
 
 
 def _kind(token) -> str:

@@ -30,6 +30,7 @@ except ImportError as err:  # pragma: no cover - exercised only without matplotl
     raise ImportError("catcap's plots need matplotlib, which is not installed; install it with "
                       "`pip install 'catcap[viz]'` (or `pip install matplotlib`)") from err
 
+from catcap.atomic import atomic_write
 from catcap.viz.history import HistoryCurve, ImageAttention
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -37,11 +38,9 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e3
 
 def _save(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=dpi)
-    tmp.replace(path)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=dpi)
     return path
 
 

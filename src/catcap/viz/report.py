@@ -10,13 +10,12 @@ Writes into ``out``:
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from catcap.atomic import write_json_atomic
 from catcap.viz.history import (HistoryCurve, check_history_model, collect_history_weights, default_label, find_record,
                                 image_attention, load_captioner, read_awc_beta, resolve_layer, summary_positions)
 
@@ -46,10 +45,6 @@ def _labels(captioners, labels: Sequence[str] | None) -> list[str]:
     return out
 
 
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def analyze_history(checkpoints: Sequence[str | Path], out: str | Path, *, labels: Sequence[str] | None = None,
@@ -88,7 +83,7 @@ def analyze_history(checkpoints: Sequence[str | Path], out: str | Path, *, label
         file = f"attention_{_slug(key)}.png" if len(caps) == 1 else f"attention_{_slug(key)}_{_slug(name)}.png"
         attention.append(plot_image_attention(att, out / file))
     history_json = out / "history_weight.json"
-    _write_json(history_json, {
+    write_json_atomic(history_json, {
         "what": "mean total final-pass attention on history entries (a_t, head average) per generated word "
                 "position, over the images still generating at that position",
         "split": split, "image_id": key,

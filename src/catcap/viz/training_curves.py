@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from catcap.atomic import atomic_write
+
 SCST_PANELS = (("reward", "baseline", "greedy_reward"), ("advantage_std",), ("entropy",), ("length",), ("eos_fraction",))
 
 
@@ -63,9 +65,8 @@ def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Pat
     axes[-1].set_xlabel("training step")
     fig.suptitle(f"{run_dir}")
     path = Path(out) if out else run_dir / "training.png"
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    tmp.replace(path)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
     return path
 
 
