@@ -26,6 +26,12 @@ def last_logged_step(log):
     return max(steps, default=0)
 
 
+def _records(log):
+    """The log's records without their timing field (batches_per_s differs between runs)."""
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [{k: v for k, v in r.items() if k != "batches_per_s"} for r in rows]
+
+
 VARIANTS = {"transformer": {}, "cat-awc": {"model.cross_attention": "caca", "train.awc.enabled": "true"},
             # epoch 1 XE, epoch 2 SCST: a kill can land in either phase
             "xe-then-scst": {"train.objective": "xe_then_scst", "train.scst.switch_patience": 0}}
@@ -60,3 +66,22 @@ def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp
     if variant == "cat-awc":  # the learnable AWC betas are resumed too
         assert torch.equal(a["trainer"]["awc"]["beta"], b["trainer"]["awc"]["beta"])
         assert not torch.equal(a["trainer"]["awc"]["beta"], torch.full_like(a["trainer"]["awc"]["beta"], 0.5))
+
+    # the log continues from the checkpoint: every step once, the same numbers as the uninterrupted run
+    full_log, resumed_log = _records(tmp_path / "full" / "log.jsonl"), _records(out / "log.jsonl")
+    steps = [r["step"] for r in resumed_log if r["kind"] == "train"]
+    assert steps == list(range(1, a["trainer"]["position"]["step"] + 1))
+    assert resumed_log == full_log
+
+
+def test_a_new_run_in_the_same_folder_starts_its_own_log(tiny_world, tiny_overrides, tmp_path):
+    args = tiny_overrides(tiny_world, tmp_path / "run", **{"train.max_steps": 3, "train.epochs": 1})
+    for _ in range(2):
+        proc = run_train(args)
+        output = proc.communicate(timeout=300)[0]
+        assert proc.returncode == 0, output
+    assert "an earlier run's log" in output and "moved to log." in output
+    logs = sorted(p.name for p in (tmp_path / "run").glob("log*.jsonl"))
+    assert len(logs) == 2 and "log.jsonl" in logs
+    for name in logs:  # each log holds one run: steps 1, 2, 3 once
+        assert [r["step"] for r in _records(tmp_path / "run" / name) if r["kind"] == "train"] == [1, 2, 3]

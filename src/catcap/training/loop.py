@@ -10,7 +10,8 @@ Determinism and resume: batches of epoch e are a permutation drawn from a genera
 with (seed, e), so a resumed run sees the same batches; dropout uses the global torch RNG,
 whose state (with numpy's and Python's) is saved in every checkpoint; the DataLoader gets
 its own generator so that creating it does not consume the global RNG. A run killed at any
-step and resumed from its last checkpoint ends with the same weights as an uninterrupted run.
+step and resumed from its last checkpoint ends with the same weights as an uninterrupted run,
+and with the same ``log.jsonl``: one run per log (:mod:`catcap.training.runlog`).
 
 Scale (``catcap.training.distributed``, ``precision``): under torchrun each process takes its
 share of every global batch and DistributedDataParallel (around :class:`Objective`, the
@@ -40,6 +41,7 @@ from catcap.data.collate import collate_captions, collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
 from catcap.progress import progress_bar
+from catcap.training import runlog
 from catcap.training.awc import make_awc
 from catcap.training.checkpoint import load_checkpoint, save_checkpoint
 from catcap.training.distributed import all_sum, barrier, gather_rng_states, setup_distributed
@@ -140,6 +142,8 @@ class Trainer:
             self._restore(resumed)
         elif resume:
             self.log(f"[catcap] nothing to resume in {self.out}; starting a new run")
+        if self.dist.is_main:
+            self._start_log(resumed is not None)
         self.engine = self._wrap()
         if self.dist.enabled:
             self.log(f"[catcap] {self.dist.world} processes ({self.device.type}); global batch {cfg.train.batch_size}")
@@ -197,11 +201,20 @@ class Trainer:
                             vocab=self.data.vocab.to_dict(), trainer=trainer, features=dict(self.data.store.meta))
         barrier(self.dist)
 
+    def _start_log(self, resumed: bool) -> None:
+        """One run per ``log.jsonl`` (:mod:`catcap.training.runlog`)."""
+        if resumed:
+            dropped = runlog.rewind(self.out, self.pos.step, self.pos.epoch)
+            if dropped:
+                self.log(f"[catcap] {dropped} log records written after that checkpoint removed from {self.out / runlog.LOG_NAME}")
+        elif (moved := runlog.set_aside(self.out)) is not None:
+            self.log(f"[catcap] an earlier run's log in {self.out} moved to {moved.name}")
+
     def _log_json(self, record: dict) -> None:
         if not self.dist.is_main:
             return
         self.out.mkdir(parents=True, exist_ok=True)
-        with open(self.out / "log.jsonl", "a", encoding="utf-8") as f:
+        with open(self.out / runlog.LOG_NAME, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
     def train_step(self, batch) -> dict:
