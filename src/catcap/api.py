@@ -183,7 +183,7 @@ def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | Non
     from catcap.data.features import check_features, open_feature_store
 
     cap = Captioner.from_pretrained(checkpoint, device=device)
-    if cap.features_meta.get("encoder") and features is None and all(Path(i).is_file() for i in items):
+    if cap.reads_pixels and features is None and all(Path(i).is_file() for i in items):
         texts = []
         for i in range(0, len(items), 16):
             texts += cap.generate(images=list(items[i:i + 16]), num_beams=beam, max_length=max_len)

@@ -50,15 +50,23 @@ class Captioner:
         return cls(model.to(dev), vocab, cfg, dev, ckpt.get("features"))
 
     @property
+    def reads_pixels(self) -> bool:
+        """True when this model's training features came from a catcap image encoder (``catcap
+        extract``), so that it can caption image files from their pixels."""
+        from catcap.features.efficientnet import ENCODERS
+
+        return self.features_meta.get("encoder") in ENCODERS
+
+    @property
     def image_encoder(self):
         """The image encoder that made this model's training features (from the checkpoint)."""
         if self._encoder is None:
             name = self.features_meta.get("encoder")
-            if not name:
-                raise ValueError("this checkpoint's training features were not made by a catcap image encoder "
-                                 f"(feature store meta: {self.features_meta or 'none'}), so it cannot caption raw "
-                                 "images; caption feature-store keys instead, or train on features from "
-                                 "`catcap extract`")
+            if not self.reads_pixels:
+                made_by = f"made by {name!r}, not a catcap image encoder" if name else "not made by a catcap image encoder"
+                raise ValueError(f"this checkpoint's training features were {made_by} (feature store meta: "
+                                 f"{self.features_meta or 'none'}), so it cannot caption raw images; caption "
+                                 "feature-store keys instead, or train on features from `catcap extract`")
             from catcap.features.efficientnet import ImageEncoder
 
             self._encoder = ImageEncoder(name).to(self.device)

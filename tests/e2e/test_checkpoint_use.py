@@ -46,6 +46,15 @@ def test_generate_evaluate_and_caption(tiny_world, tiny_overrides, tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 2 and lines[0].split(": ", 1)[1] == lines[1].split(": ", 1)[1]
+    # only image files (as in `catcap caption --help`): a world's images are named by their feature key
+    files = [f"{tiny_world.images}/{k}.png" for k in store.keys()[:2]]
+    proc = subprocess.run([sys.executable, "-m", "catcap", "caption", "--checkpoint", str(best), *files],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split(": ", 1)[0] for line in proc.stdout.strip().splitlines()] == files
+    assert proc.stdout.strip().splitlines()[0].split(": ", 1)[1] == lines[0].split(": ", 1)[1]
+    with pytest.raises(ValueError, match="not a catcap image encoder"):
+        cap.generate(images=files)
     bad = subprocess.run([sys.executable, "-m", "catcap", "caption", "--checkpoint", str(best), "no-such-image"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "have no features" in bad.stderr and "no-such-image" in bad.stderr
