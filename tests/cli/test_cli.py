@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +127,22 @@ def test_synth_says_what_it_made_and_how_to_train_on_it(tmp_path, capsys):
     assert f"world written to {out} (10 images)" in text and "PosixPath" not in text
     assert f"data.dataset={out / 'dataset_shapes.json'}" in text and "model.feature_dim=16" in text
     assert (out / "dataset_shapes.json").is_file() and (out / "features.h5").is_file()
+
+
+def test_path_errors_are_messages_not_tracebacks(tmp_path, capsys):
+    from catcap.cli.main import main
+
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("x")
+    assert main(["synth", "--out", str(tmp_path / "busy"), "--train", "2", "--val", "1", "--test", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("catcap synth: error: ") and "is not empty" in err and "--overwrite" in err
+    dataset = tmp_path / "dataset_tiny.json"
+    dataset.write_text(json.dumps({"images": [{"filename": f"{i}.jpg", "imgid": i, "split": split,
+                                               "sentences": [{"raw": "a red circle"}]}
+                                              for i, split in enumerate(["train", "val", "test"])]}))
+    config = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "demo.yaml"
+    assert main(["train", "--config", str(config), f"data.features={tmp_path / 'nope.h5'}",
+                 f"data.dataset={dataset}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("catcap train: error: ") and "does not exist" in err and "Traceback" not in err

@@ -22,6 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# a missing or existing path, a file where a folder was expected, ...: messages, not tracebacks
+FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -32,6 +36,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (ValueError, UnknownName) as err:  # every catcap input error is one of these
+    except (ValueError, UnknownName, *FILE_ERRORS) as err:  # catcap's input errors say what to fix
         print(f"catcap {args.command}: error: {err}", file=sys.stderr)
         return 2
