@@ -118,31 +118,26 @@ def test_evaluate_against_a_karpathy_split_file(tmp_path):
     assert proc.returncode == 2 and "--split" in proc.stderr and "test (50 images)" in proc.stderr
 
 
-def test_synth_says_what_it_made_and_how_to_train_on_it(tmp_path, capsys):
-    from catcap.cli.main import main
-
+def test_synth_says_what_it_made_and_how_to_train_on_it(tmp_path):
     out = tmp_path / "world"
-    assert main(["synth", "--out", str(out), "--train", "6", "--val", "2", "--test", "2", "--feature-dim", "16"]) == 0
-    text = capsys.readouterr().out
+    text = catcap("synth", "--out", str(out), "--train", "6", "--val", "2", "--test", "2", "--feature-dim", "16").stdout
     assert f"world written to {out} (10 images)" in text and "PosixPath" not in text
     assert f"data.dataset={out / 'dataset_shapes.json'}" in text and "model.feature_dim=16" in text
     assert (out / "dataset_shapes.json").is_file() and (out / "features.h5").is_file()
 
 
-def test_path_errors_are_messages_not_tracebacks(tmp_path, capsys):
-    from catcap.cli.main import main
-
+def test_path_errors_are_messages_not_tracebacks(tmp_path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "keep.txt").write_text("x")
-    assert main(["synth", "--out", str(tmp_path / "busy"), "--train", "2", "--val", "1", "--test", "1"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("catcap synth: error: ") and "is not empty" in err and "--overwrite" in err
+    proc = catcap("synth", "--out", str(tmp_path / "busy"), "--train", "2", "--val", "1", "--test", "1", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("catcap synth: error: ")
+    assert "is not empty" in proc.stderr and "--overwrite" in proc.stderr
     dataset = tmp_path / "dataset_tiny.json"
     dataset.write_text(json.dumps({"images": [{"filename": f"{i}.jpg", "imgid": i, "split": split,
                                                "sentences": [{"raw": "a red circle"}]}
                                               for i, split in enumerate(["train", "val", "test"])]}))
     config = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "demo.yaml"
-    assert main(["train", "--config", str(config), f"data.features={tmp_path / 'nope.h5'}",
-                 f"data.dataset={dataset}"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("catcap train: error: ") and "does not exist" in err and "Traceback" not in err
+    proc = catcap("train", "--config", str(config), f"data.features={tmp_path / 'nope.h5'}", f"data.dataset={dataset}",
+                  check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("catcap train: error: ")
+    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
