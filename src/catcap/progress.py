@@ -8,7 +8,8 @@ imports, analyses) draws its bar through :func:`progress_bar`:
   one plain newline-terminated line with the same counts, rate and ETA every
   ``CATCAP_PROGRESS_SECONDS`` seconds (default 30) and one when the bar finishes, instead of a
   carriage-return redraw ten times a second (a 3-minute run used to write thousands of
-  redraws into its log);
+  redraws into its log); a transient bar (``leave=False``, validation) appears there only once
+  it has run for one interval;
 - in a Jupyter notebook: tqdm's notebook widget (``tqdm.auto``).
 
 ``enabled=False`` (``--quiet``, ``train.progress: false``, non-zero ranks) draws nothing.
@@ -76,7 +77,8 @@ def progress_bar(iterable=None, *, desc: str, unit: str, total: int | None = Non
     if _is_terminal(stream):
         return _plain_tqdm(**common, file=stream, dynamic_ncols=True)
     interval = log_interval()
-    return _plain_tqdm(**common, file=_LineStream(stream), mininterval=interval,
+    # a transient bar (leave=False, e.g. validation) shows up in a log only if it runs longer than one interval
+    return _plain_tqdm(**common, file=_LineStream(stream), mininterval=interval, delay=0.0 if leave else interval,
                        miniters=1, ncols=100, ascii=True)
 
 

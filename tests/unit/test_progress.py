@@ -91,3 +91,10 @@ def test_wrapping_a_dataloader_draws_nothing_from_the_global_rng(enabled, stream
     wrapped = [b.tolist() for b in progress_bar(loader, desc="validate", unit="batch", enabled=enabled, stream=out)]
     assert wrapped == plain
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_short_transient_bar_stays_out_of_a_log(monkeypatch):
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", "1000")
+    assert _run(io.StringIO(), n=5, leave=False) == ""
+    monkeypatch.setenv("CATCAP_PROGRESS_SECONDS", "0")
+    assert "5/5" in _run(io.StringIO(), n=5, leave=False)  # past its delay: drawn like any bar
