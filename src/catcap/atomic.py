@@ -34,7 +34,8 @@ def _umask() -> int:
     return mask
 
 
-_NEW_FILE_MODE = 0o666 & ~_umask()
+NEW_FILE_MODE = 0o666 & ~_umask()  # what open(path, "w") gives a new file
+NEW_DIR_MODE = 0o777 & ~_umask()  # what os.mkdir gives; tempfile.mkdtemp makes private (0o700) folders
 
 
 def _mode_for(path: Path) -> int:
@@ -42,7 +43,7 @@ def _mode_for(path: Path) -> int:
     try:
         return path.stat().st_mode & 0o7777
     except FileNotFoundError:
-        return _NEW_FILE_MODE
+        return NEW_FILE_MODE
 
 
 @contextmanager
@@ -58,7 +59,7 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Pa
         yield tmp
         os.chmod(tmp, _mode_for(path))
         if durable:
-            _fsync(tmp)
+            fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -95,7 +96,8 @@ def write_json_atomic(path: str | os.PathLike, data, *, indent: int | None = 1) 
         f.write("\n")
 
 
-def _fsync(path: Path) -> None:
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a written file's data to disk (for files written by other libraries' savers)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

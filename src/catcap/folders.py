@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from catcap.atomic import NEW_DIR_MODE
+
 
 def replace_folder(tmp: Path, out: Path) -> None:
     """Move the finished folder ``tmp`` to ``out``, replacing an existing ``out``: the old one is
@@ -25,13 +27,13 @@ def replace_folder(tmp: Path, out: Path) -> None:
 @contextlib.contextmanager
 def building_folder(out: Path) -> Iterator[Path]:
     """``with building_folder(out) as tmp:`` write everything into ``tmp`` (a hidden sibling of
-    ``out``); on a clean exit it becomes ``out`` (mode 755, replacing an old one), on an error it
+    ``out``); on a clean exit it becomes ``out`` (the umask's folder mode, replacing an old one), on an error it
     is removed and ``out`` is untouched."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, NEW_DIR_MODE)
         replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

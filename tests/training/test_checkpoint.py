@@ -67,3 +67,16 @@ def test_incomplete_directory_is_a_clear_error(tmp_path):
     (tmp_path / "x").mkdir()
     with pytest.raises(CheckpointError, match="missing model.safetensors, config.json, vocab.json"):
         load_checkpoint(tmp_path / "x")
+
+
+def test_checkpoint_permissions_follow_the_umask(tmp_path):
+    """Not tempfile.mkdtemp's private 0o700: a checkpoint is readable like any folder the user makes."""
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    save_checkpoint(tmp_path / "ckpt", model=torch.nn.Linear(3, 2), config={}, vocab={}, trainer={"step": 1})
+    assert stat.S_IMODE((tmp_path / "ckpt").stat().st_mode) == 0o777 & ~mask
+    for f in (tmp_path / "ckpt").iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~mask, f.name

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from catcap.atomic import NEW_DIR_MODE, NEW_FILE_MODE, fsync_file
+
 TENSOR = "__tensor__"
 FORMAT = "catcap-checkpoint-v1"
 
@@ -78,6 +80,7 @@ def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: di
             skeleton = flatten_tensors(trainer, "trainer", tensors)
             save_file(tensors, str(tmp / "trainer.safetensors"))
             _write_json(tmp / "trainer.json", skeleton)
+        _publish(tmp)
         _swap_in(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -85,11 +88,19 @@ def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: di
     return directory
 
 
+def _publish(tmp: Path) -> None:
+    """Flush every file to disk and give the folder and its files the modes a user's own would
+    have (``mkdtemp`` makes the folder 0o700 and safetensors writes 0o600 files)."""
+    for f in tmp.iterdir():
+        fsync_file(f)
+        os.chmod(f, NEW_FILE_MODE)
+    os.chmod(tmp, NEW_DIR_MODE)
+
+
 def _write_json(path: Path, data) -> None:
+    """Into the temporary folder (flushed to disk by :func:`_publish`)."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _swap_in(tmp: Path, directory: Path) -> None:
