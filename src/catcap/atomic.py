@@ -34,8 +34,9 @@ def _umask() -> int:
     return mask
 
 
-NEW_FILE_MODE = 0o666 & ~_umask()  # what open(path, "w") gives a new file
-NEW_DIR_MODE = 0o777 & ~_umask()  # what os.mkdir gives; tempfile.mkdtemp makes private (0o700) folders
+_UMASK = _umask()
+NEW_FILE_MODE = 0o666 & ~_UMASK  # what open(path, "w") gives a new file
+NEW_DIR_MODE = 0o777 & ~_UMASK  # what os.mkdir gives; tempfile.mkdtemp makes private (0o700) folders
 
 
 def _mode_for(path: Path) -> int:

@@ -12,16 +12,30 @@ from typing import Iterator
 from catcap.atomic import NEW_DIR_MODE
 
 
+def aside(out: Path) -> Path:
+    """Where :func:`replace_folder` keeps the old ``out`` while the new one is renamed in."""
+    return out.with_name(f".{out.name}.old")
+
+
 def replace_folder(tmp: Path, out: Path) -> None:
     """Move the finished folder ``tmp`` to ``out``, replacing an existing ``out``: the old one is
-    renamed aside first and removed only after the new one is in place."""
+    renamed aside (:func:`aside`) first and removed only after the new one is in place, so a
+    kill in between leaves a complete old folder there (``restore_aside`` puts it back)."""
     old = None
-    if out.is_dir():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        old = aside(out)
+        shutil.rmtree(old, ignore_errors=True)  # left by an earlier kill
         os.replace(out, old)
     os.replace(tmp, out)
     if old is not None:
-        shutil.rmtree(old)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_aside(out: Path) -> None:
+    """After a kill between :func:`replace_folder`'s two renames: put the old folder back."""
+    old = aside(out)
+    if not out.exists() and old.exists():
+        os.replace(old, out)
 
 
 @contextlib.contextmanager

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from catcap.atomic import NEW_DIR_MODE, NEW_FILE_MODE, fsync_file
+from catcap.atomic import NEW_FILE_MODE, fsync_file
+from catcap.folders import building_folder, restore_aside
 
 TENSOR = "__tensor__"
 FORMAT = "catcap-checkpoint-v1"
@@ -69,9 +68,7 @@ def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: di
     training feature store's meta (which image encoder and preprocessing made the features),
     kept in config.json so that the model can later caption raw images the same way."""
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
+    with building_folder(directory) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
         _write_json(tmp / "config.json", {"format": FORMAT, "config": config, "features": features or {}})
         _write_json(tmp / "vocab.json", vocab)
@@ -81,38 +78,21 @@ def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: di
             save_file(tensors, str(tmp / "trainer.safetensors"))
             _write_json(tmp / "trainer.json", skeleton)
         _publish(tmp)
-        _swap_in(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
 
 
 def _publish(tmp: Path) -> None:
-    """Flush every file to disk and give the folder and its files the modes a user's own would
-    have (``mkdtemp`` makes the folder 0o700 and safetensors writes 0o600 files)."""
+    """Flush every file to disk and give it the mode a user's own file would have (safetensors
+    writes 0o600 files; :func:`~catcap.folders.building_folder` does the folder's mode)."""
     for f in tmp.iterdir():
         fsync_file(f)
         os.chmod(f, NEW_FILE_MODE)
-    os.chmod(tmp, NEW_DIR_MODE)
 
 
 def _write_json(path: Path, data) -> None:
     """Into the temporary folder (flushed to disk by :func:`_publish`)."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1)
-
-
-def _swap_in(tmp: Path, directory: Path) -> None:
-    """Rename ``tmp`` to ``directory``; an existing checkpoint is moved aside first, then removed."""
-    old = None
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(directory, old)
-    os.replace(tmp, directory)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 class CheckpointError(ValueError):
@@ -123,7 +103,7 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     """Read a checkpoint: {"weights", "config", "vocab", "features"[, "trainer"]} (no pickle is
     loaded); ``features`` is the feature store's meta ({} when not recorded)."""
     directory = Path(directory)
-    _recover(directory)
+    restore_aside(directory)  # a kill between the two renames of a save
     needed = ["model.safetensors", "config.json", "vocab.json"] + (["trainer.json", "trainer.safetensors"] if with_trainer else [])
     missing = [n for n in needed if not (directory / n).is_file()]
     if missing:
@@ -138,11 +118,3 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
         tensors = load_file(str(directory / "trainer.safetensors"))
         out["trainer"] = unflatten_tensors(json.loads((directory / "trainer.json").read_text(encoding="utf-8")), tensors)
     return out
-
-
-def _recover(directory: Path) -> None:
-    """If a crash happened between moving the old checkpoint aside and renaming the new one
-    in, the old one is still complete: put it back."""
-    old = directory.with_name(f".{directory.name}.old")
-    if not directory.exists() and old.exists():
-        os.replace(old, directory)
