@@ -11,7 +11,7 @@ alike. Prints one JSON line per model and thread count:
 plus the minimum of each and, for every model but the first, its ratio to the first: the
 median over repeats of the ratio within a repeat, which drifting load affects least).
 
-Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models transformer cat lightcat]
+Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models transformer cat lightcat] [--jobs beam]
        python benchmarks/decode.py --device cuda --precision fp32 bf16 --models transformer cat lightcat
 
 On a GPU (``--device cuda``) every timing is bracketed by ``torch.cuda.synchronize()``; with
@@ -41,6 +41,7 @@ from catcap.training.precision import Precision
 from catcap.training.setup import make_optimizer
 
 V, B, N, F, T = 10000, 50, 50, 2048, 16
+JOBS = ("greedy", "beam", "train_step")
 PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 
@@ -114,6 +115,8 @@ def main() -> None:
                         help="model presets (configs/models/NAME.yaml), e.g. transformer cat lightcat")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS,
+                        help="time only these jobs (e.g. `--jobs beam` under a profiler)")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -130,11 +133,11 @@ def main() -> None:
 def run(benches: list[Bench], args, precision: str) -> None:
     for threads in args.threads if args.device == "cpu" else [torch.get_num_threads()]:
         torch.set_num_threads(threads)
-        timed = {job: interleaved(benches, job, args.repeats) for job in ("greedy", "beam", "train_step")}
+        timed = {job: interleaved(benches, job, args.repeats) for job in args.jobs}
         first = benches[0].name
         for b in benches:
             result = {"model": b.name, "cross_attention": b.model.decoder.layers[0].cross.__class__.__name__}
-            for job in ("greedy", "beam", "train_step"):
+            for job in args.jobs:
                 median = statistics.median(timed[job][b.name])
                 result[f"{job}_s"], result[f"{job}_min_s"] = round(median, 4), round(min(timed[job][b.name]), 4)
                 if b.name != first:  # paired: the ratio within each repeat, then its median
