@@ -19,7 +19,9 @@ TRAIN_HELP = """\
 Train a captioner from an experiment config (YAML) plus key=value overrides.
 Unknown keys and wrong types are rejected with the valid choices before anything runs.
 Checkpoints (safetensors + JSON, written atomically), log.jsonl and training.png go to
-out_dir; --resume continues from out_dir/last exactly where it stopped.
+out_dir; --resume continues from out_dir/last exactly where it stopped, log included. A new
+run in a used out_dir moves the earlier log.jsonl to log.<time>.jsonl. Progress bars become
+one plain line every 30 s when output goes to a file (CATCAP_PROGRESS_SECONDS).
 
 Models: model.cross_attention=vanilla|caca|light_caca (Transformer, CAT, LightCAT; options
 under model.history), train.awc.enabled=true adds CAT's adaptive weight constraint.
