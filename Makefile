@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.catcap-installed
 
-.PHONY: help setup demo test evaluate-example bench clean
+.PHONY: help setup demo test evaluate-example bench clean clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -31,5 +31,11 @@ evaluate-example: $(STAMP)  ## score the bundled example results with `catcap ev
 bench: $(STAMP)  ## run the metric benchmarks and print their tables
 	$(PY) benchmarks/metrics_speed.py
 
-clean:  ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache build src/*.egg-info runs
+clean:  ## remove the virtual environment and caches (keeps runs/, your trained models)
+	rm -rf $(VENV) .pytest_cache build src/*.egg-info
+
+clean-runs:  ## DELETE runs/: every trained model, checkpoint and log (asks first)
+	@if [ -d runs ]; then \
+	  printf 'delete runs/ and every trained model in it? [y/N] '; read answer; \
+	  if [ "$$answer" = y ] || [ "$$answer" = yes ]; then rm -rf runs && echo "deleted runs/"; else echo "kept runs/"; fi; \
+	else echo "no runs/ folder"; fi

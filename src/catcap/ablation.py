@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from catcap.atomic import write_json_atomic, write_text_atomic
 from catcap.config import load_config
 from catcap.training.experiment import ExperimentConfig
 
@@ -63,8 +64,8 @@ def run_ablation(table: str, overrides: Sequence[str] = (), *, out_root: str | P
     text = format_table(table, rows, split, beam)
     print(text)
     root.mkdir(parents=True, exist_ok=True)
-    (root / "table.md").write_text(text + "\n", encoding="utf-8")
-    (root / "table.json").write_text(json.dumps({"table": table, "split": split, "beam": beam, "rows": rows}, indent=1), encoding="utf-8")
+    write_text_atomic(root / "table.md", text + "\n")
+    write_json_atomic(root / "table.json", {"table": table, "split": split, "beam": beam, "rows": rows})
     log(f"[catcap] wrote {root / 'table.md'} and {root / 'table.json'}")
     return rows
 

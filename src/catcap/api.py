@@ -73,6 +73,33 @@ def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()):
     return load_config(ExperimentConfig, path, overrides)
 
 
+def check_experiment_data(cfg) -> list[str]:
+    """What ``catcap train`` reads before its first step, checked without training (raises on
+    the first problem, with the same message train would give); returns one line per check."""
+    from catcap.training.checkpoint import load_checkpoint
+    from catcap.training.setup import prepare_data
+
+    lines = []
+    vocab = None
+    if not cfg.data.dataset or not cfg.data.features:
+        return ["data not checked: data.dataset and data.features are not both set (catcap train needs them: "
+                "a Karpathy JSON and a feature store)"]
+    if cfg.train.init_from:
+        from catcap.data.vocab import Vocab
+        from catcap.training.loop import load_start_weights
+        from catcap.training.setup import make_model
+
+        start = load_checkpoint(cfg.train.init_from)
+        vocab = Vocab.from_dict(start["vocab"])
+        load_start_weights(make_model(cfg, vocab), start, cfg, cfg.train.init_from)
+        lines.append(f"init_from OK: {cfg.train.init_from} fits the configured model")
+    data = prepare_data(cfg, vocab)
+    d = cfg.data
+    lines.append(f"data OK: {len(data.train)} training captions ({d.train_split}), {len(data.val)} {d.val_split} "
+                 f"images, {data.store.feature_dim}-d features in {d.features}, vocabulary {len(data.vocab)} words")
+    return lines
+
+
 def config_yaml(cfg) -> str:
     import yaml
 
@@ -159,11 +186,13 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     from catcap.data.features import open_feature_store
     from catcap.data.karpathy import load_karpathy
 
+    _check_beam(beam)
     cap = Captioner.from_pretrained(checkpoint, device=device)
-    dataset = dataset or cap.config.data.dataset
-    features = features or cap.config.data.features
+    dataset = dataset or cap.data_file("dataset")
+    features = features or cap.data_file("features")
     records = load_karpathy(dataset, [split])[split]
     store = open_feature_store(features)
+    cap.check_store(store)
     validate_dataset(records, store, cap.config.model.feature_dim)
     results = _decode_records(cap, records, store, beam=beam, max_len=max_len)
     if save_results:
@@ -178,21 +207,49 @@ def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | Non
     """Captions for images. A model trained on `catcap extract` features captions image files
     from their pixels (the checkpoint records the encoder); otherwise items are keys of a
     feature store or image paths whose stem is the key (e.g. ``runs/demo/world/images/12.png``).
-    Returns [(item, caption)]."""
+    An item that names an image file (a path or an image suffix) that does not exist, or a
+    folder, is an error before anything runs. Returns [(item, caption)]."""
     from catcap.captioner import Captioner
     from catcap.data.features import check_features, open_feature_store
 
+    _check_beam(beam)
     cap = Captioner.from_pretrained(checkpoint, device=device)
-    if cap.reads_pixels and features is None and all(Path(i).is_file() for i in items):
-        texts = []
-        for i in range(0, len(items), 16):
-            texts += cap.generate(images=list(items[i:i + 16]), num_beams=beam, max_length=max_len)
-        return list(zip(items, texts))
-    store = open_feature_store(features or cap.config.data.features)
-    keys = [Path(item).stem for item in items]
-    check_features(store, keys, cap.config.model.feature_dim)
-    texts = cap.generate([store.get(k).regions for k in keys], num_beams=beam, max_length=max_len)
-    return list(zip(items, texts))
+    from_pixels = cap.reads_pixels and features is None
+    _check_caption_items(items, must_exist=from_pixels)
+    files = [i for i in items if from_pixels and Path(i).is_file()]
+    texts = {}
+    for i in range(0, len(files), 16):
+        texts.update(zip(files[i:i + 16], cap.generate(images=files[i:i + 16], num_beams=beam, max_length=max_len)))
+    rest = [i for i in items if i not in texts]
+    if rest:
+        store = open_feature_store(features or cap.data_file("features"))
+        cap.check_store(store)
+        keys = [Path(item).stem for item in rest]
+        check_features(store, keys, cap.config.model.feature_dim)
+        texts.update(zip(rest, cap.generate([store.get(k).regions for k in keys], num_beams=beam, max_length=max_len)))
+    return [(item, texts[item]) for item in items]
+
+
+def _check_beam(beam: int) -> None:
+    if beam < 1:
+        raise ValueError(f"the beam size must be >= 1 (1 = greedy), got {beam}")
+
+
+def _check_caption_items(items: Sequence[str], must_exist: bool) -> None:
+    """Folders are never images; with ``must_exist`` (a model that reads pixels), an item that
+    looks like an image path (an image suffix or a folder part) must be an existing file."""
+    from catcap.features.extract import IMAGE_SUFFIXES
+
+    if not items:
+        raise ValueError("expected at least one image file or feature-store key, got none")
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            raise ValueError(f"{item} is a folder; pass image files (e.g. {item}/*.jpg) or feature-store keys")
+        looks_like_file = path.suffix.lower() in IMAGE_SUFFIXES or len(path.parts) > 1
+        if must_exist and looks_like_file and not path.is_file():
+            raise FileNotFoundError(f"image file not found: {item}; check the path (the name is case-sensitive)")
+
 
 
 def import_flickr8k(tokens: str | Path, split_lists: dict, out: str | Path, *, images: str | Path | None = None,
@@ -216,11 +273,13 @@ def import_coco(captions: Sequence[str | Path], out: str | Path, *, split_lists:
     return data["catcap_import"]
 
 
-def import_features(fmt: str, source, out: str | Path, *, boxes_dir=None, progress: bool = True) -> dict:
-    """Region features in another codebase's format (tsv, npy, m2, lmdb) -> a catcap HDF5 store."""
+def import_features(fmt: str, source, out: str | Path, *, boxes_dir=None, progress: bool = True,
+                    overwrite: bool = False) -> dict:
+    """Region features in another codebase's format (tsv, npy, m2, lmdb) -> a catcap HDF5 store
+    (an interrupted import is continued; ``overwrite`` replaces ``out`` instead)."""
     from catcap.data.feature_import import import_features as run
 
-    return run(fmt, source, out, boxes_dir=boxes_dir, progress=progress)
+    return run(fmt, source, out, boxes_dir=boxes_dir, progress=progress, overwrite=overwrite)
 
 
 def prepare(dataset: str | Path, out_dir: str | Path, *, min_count: int = 5, max_len: int = 16,

@@ -33,9 +33,10 @@ class Captioner:
     """A captioning model ready to caption features (B images, N regions, F width)."""
 
     def __init__(self, model, vocab: Vocab, config: ExperimentConfig, device: torch.device,
-                 features_meta: dict | None = None):
+                 features_meta: dict | None = None, workdir: str | None = None):
         self.model, self.vocab, self.config, self.device = model.eval(), vocab, config, device
         self.features_meta = dict(features_meta or {})  # how the training features were made
+        self.workdir = workdir  # the training run's working folder (its relative data paths start there)
         self._encoder = None
 
     @classmethod
@@ -47,7 +48,33 @@ class Captioner:
         dev = pick_device(device)
         model = make_model(cfg, vocab)
         model.load_state_dict(ckpt["weights"])
-        return cls(model.to(dev), vocab, cfg, dev, ckpt.get("features"))
+        return cls(model.to(dev), vocab, cfg, dev, ckpt.get("features"), ckpt.get("workdir"))
+
+    def data_file(self, name: str) -> str:
+        """The training data file ``config.data.<name>`` (``dataset`` or ``features``) as a path
+        that opens from here: a relative path is taken from the current folder when it exists
+        there, else from the training run's working folder (recorded in the checkpoint)."""
+        path = Path(getattr(self.config.data, name))
+        if path.is_absolute() or path.exists() or not self.workdir:
+            return str(path)
+        moved = Path(self.workdir) / path
+        return str(moved) if moved.exists() else str(path)
+
+    def check_store(self, store) -> None:
+        """Refuse a feature store of another width, or made by another image encoder than this
+        model's training features (same width does not mean same features: lite0 and lite1 are
+        both 1280-d), with advice for a trained model (its width cannot change)."""
+        width = getattr(store, "feature_dim", None)
+        if width is not None and width != self.config.model.feature_dim:
+            from catcap.data.features import CHECKPOINT_WIDTH_ADVICE
+
+            raise ValueError(f"{getattr(store, 'path', 'the feature store')} holds {width}-d features, but this model "
+                             f"reads {self.config.model.feature_dim}-d features; {CHECKPOINT_WIDTH_ADVICE}")
+        made, found = self.features_meta.get("encoder"), getattr(store, "meta", {}).get("encoder")
+        if made and found and made != found:
+            raise ValueError(f"{getattr(store, 'path', 'the feature store')} holds {found} features, but this model "
+                             f"was trained on {made} features; extract the images with `catcap extract --encoder "
+                             f"{made}`" + (", or caption the image files themselves" if self.reads_pixels else ""))
 
     @property
     def reads_pixels(self) -> bool:

@@ -27,6 +27,15 @@ class ConfigError(ValueError):
     """A config that cannot be used (unknown key, wrong type, unreadable file)."""
 
 
+def check_at_least(section: str, obj, minimum: dict[str, float]) -> None:
+    """Refuse out-of-range numbers of a config section up front: ``minimum`` maps field names to
+    their smallest allowed value (e.g. ``{"epochs": 1}``)."""
+    for name, low in minimum.items():
+        value = getattr(obj, name)
+        if value < low:
+            raise ConfigError(f"{section}.{name} must be >= {low}, found {value!r}")
+
+
 def _type_name(tp) -> str:
     if get_origin(tp) is Literal:
         return " | ".join(repr(a) for a in get_args(tp))

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
@@ -43,6 +44,8 @@ def build_shapes(out_dir=None, *, num_train: int = 3000, num_val: int = 250, see
     """Generate a shapes world (:func:`catcap.data.synthetic.make_world`) and build from it."""
     from catcap.data.synthetic import make_world
 
+    out_dir = Path(out_dir) if out_dir is not None else data_dir()
+    _check_target(out_dir, overwrite)  # before the world is made, not after
     with tempfile.TemporaryDirectory(prefix="mml-shapes-") as tmp:
         world = make_world(Path(tmp) / "world", num_train=num_train, num_val=num_val, num_test=0,
                            seed=seed, feature_dim=feature_dim, progress=progress)
@@ -161,38 +164,93 @@ def _write_h5(path: Path, **arrays: np.ndarray) -> None:
             f.create_dataset(name, data=value)
 
 
+# what a folder written by build_data holds (images/ holds copies of the source's images)
+COURSE_FILES = (CAPTIONS_FILE, VOCAB_FILE, "info.json",
+                *(features_file(split, pca) for split in SPLITS for pca in (False, True)),
+                *(urls_file(split) for split in SPLITS))
+
+
 def _check_target(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` whose contents would be lost: a file, a non-empty folder without
+    ``overwrite``, and, even with ``overwrite``, a folder that is not a course data folder or
+    that holds other files besides one."""
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} is not empty; pass --overwrite (overwrite=True) to replace it")
+        raise FileExistsError(f"{out} exists and is not a folder; expected a new or empty folder for --out, "
+                              "choose another --out")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
+    known = set(COURSE_FILES) | {"images/"}
+    foreign = [n for n in names if n not in known]
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    if "info.json" not in names and CAPTIONS_FILE not in names:
+        raise FileExistsError(f"{out} is not empty and is not a course data folder (expected {CAPTIONS_FILE} "
+                              f"and info.json there to replace it); found {shown}. Choose a new or empty "
+                              "--out; nothing was changed")
+    if foreign:
+        raise FileExistsError(f"{out} holds a course data folder plus other files ({shown}); replacing it would "
+                              f"delete them, so it is refused. Move them out of {out} or choose another --out")
+    if not overwrite:
+        raise FileExistsError(f"{out} already holds a course data folder; pass --overwrite (overwrite=True) to "
+                              "replace it, or choose another --out")
+
+
+def _positive(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {value}")
+    return value
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m mml.build_data``: see the module docstring and ``--help``."""
     parser = argparse.ArgumentParser(prog="python -m mml.build_data", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="target folder (default: $MML_DATA_DIR or the user cache)")
-    parser.add_argument("--train", type=int, default=3000, help="shapes world: training images")
-    parser.add_argument("--val", type=int, default=250, help="shapes world: validation images")
-    parser.add_argument("--seed", type=int, default=0, help="shapes world: seed")
-    parser.add_argument("--feature-dim", type=int, default=2048, help="shapes world: feature width")
-    parser.add_argument("--karpathy", help="build from this Karpathy split file instead of a shapes world")
-    parser.add_argument("--features", help="with --karpathy: the catcap feature store (.h5 or npz folder)")
-    parser.add_argument("--images", help="with --karpathy: the image folder (default: beside the split file)")
-    parser.add_argument("--pca-dim", type=int, default=512)
-    parser.add_argument("--max-words", type=int, default=15)
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty target folder")
+    parser.add_argument("--out", metavar="DIR", help="target folder, new or empty (default: $MML_DATA_DIR or the user cache)")
+    parser.add_argument("--train", metavar="N", type=_positive, default=3000,
+                        help="shapes world: training images (default 3000)")
+    parser.add_argument("--val", metavar="N", type=_positive, default=250,
+                        help="shapes world: validation images (default 250)")
+    parser.add_argument("--seed", metavar="N", type=int, default=0, help="shapes world: seed (default 0)")
+    parser.add_argument("--feature-dim", metavar="N", type=_positive, default=2048,
+                        help="shapes world: width of the region features (default 2048)")
+    parser.add_argument("--karpathy", metavar="FILE.json",
+                        help="build from this Karpathy split file instead of a shapes world")
+    parser.add_argument("--features", metavar="STORE",
+                        help="with --karpathy: the catcap feature store (.h5 or npz folder)")
+    parser.add_argument("--images", metavar="DIR",
+                        help="with --karpathy: the image folder (default: beside the split file)")
+    parser.add_argument("--pca-dim", metavar="N", type=_positive, default=512,
+                        help="width of the PCA-reduced *_pca feature files, fitted on the training images "
+                             "(default 512; at most the feature width)")
+    parser.add_argument("--max-words", metavar="N", type=_positive, default=15,
+                        help="leave out captions longer than this many words; rows are <START> + words + "
+                             "<END> (default 15, the course's)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a folder this command wrote before (never one holding other files)")
     args = parser.parse_args(argv)
     if args.karpathy and not args.features:
         parser.error("--karpathy needs --features (a catcap feature store of the same images)")
-    if args.karpathy:
-        out = build_from_karpathy(args.karpathy, args.features, args.out, image_root=args.images,
-                                  pca_dim=args.pca_dim, max_words=args.max_words, overwrite=args.overwrite)
-    else:
-        out = build_shapes(args.out, num_train=args.train, num_val=args.val, seed=args.seed,
-                           feature_dim=args.feature_dim, pca_dim=args.pca_dim,
-                           max_words=args.max_words, overwrite=args.overwrite)
+    if args.features and not args.karpathy:
+        parser.error("--features is read with --karpathy only; without it a shapes world is generated")
+    for flag, value in (("--karpathy", args.karpathy), ("--features", args.features), ("--images", args.images)):
+        if value and not Path(value).exists():
+            parser.error(f"{flag} {value} does not exist; check the path")
+    try:
+        if args.karpathy:
+            out = build_from_karpathy(args.karpathy, args.features, args.out, image_root=args.images,
+                                      pca_dim=args.pca_dim, max_words=args.max_words, overwrite=args.overwrite)
+        else:
+            out = build_shapes(args.out, num_train=args.train, num_val=args.val, seed=args.seed,
+                               feature_dim=args.feature_dim, pca_dim=args.pca_dim,
+                               max_words=args.max_words, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return 2
     info = json.loads((out / "info.json").read_text(encoding="utf-8"))
     print(f"wrote {out}: {json.dumps(info['splits'])}, vocabulary {info['vocab_size']} words, "
           f"features {info['feature_dim']} -> PCA {info['pca_dim']}")

@@ -127,7 +127,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mml.notebook", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebook", type=Path, help="the notebook as text (e.g. ../shared/seeds/001_*.txt)")
     args = parser.parse_args(argv)
-    cells = code_cells(args.notebook.read_text(encoding="utf-8"))
+    expected = "expected a notebook exported as text, with code cells after lines 'In [ ]:'"
+    if not args.notebook.is_file():
+        found = "is a folder" if args.notebook.is_dir() else "does not exist"
+        parser.error(f"{args.notebook} {found}; {expected} (e.g. ../shared/seeds/001_*.txt)")
+    try:
+        text = args.notebook.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        parser.error(f"cannot read {args.notebook} as UTF-8 text ({err}); {expected}")
+    cells = code_cells(text)
     if not cells:
         print(f"no code cells (lines 'In [ ]:') found in {args.notebook}", file=sys.stderr)
         return 2

@@ -123,6 +123,7 @@ def test_synth_says_what_it_made_and_how_to_train_on_it(tmp_path):
     text = catcap("synth", "--out", str(out), "--train", "6", "--val", "2", "--test", "2", "--feature-dim", "16").stdout
     assert f"world written to {out} (10 images)" in text and "PosixPath" not in text
     assert f"data.dataset={out / 'dataset_shapes.json'}" in text and "model.feature_dim=16" in text
+    assert "out_dir=runs/world" in text  # not the demo's runs/demo/model
     assert (out / "dataset_shapes.json").is_file() and (out / "features.h5").is_file()
 
 

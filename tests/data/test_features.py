@@ -1,13 +1,15 @@
 """Feature stores: round trips, atomic writes, resume, and every refused input."""
 
 import json
+import re
 
 import h5py
 import numpy as np
 import pytest
 
-from catcap.data.features import (FORMAT, FeatureStoreError, HDF5FeatureStore, HDF5FeatureWriter,
-                                  ImageFeatures, NpzDirFeatureStore, NpzDirFeatureWriter,
+from catcap.data.feature_base import meta_conflict
+from catcap.data.features import (CHECKPOINT_WIDTH_ADVICE, FORMAT, FeatureStoreError, HDF5FeatureStore,
+                                  HDF5FeatureWriter, ImageFeatures, NpzDirFeatureStore, NpzDirFeatureWriter,
                                   check_features, escape_key, open_feature_store, unescape_key)
 
 F = 8
@@ -132,6 +134,100 @@ def test_resume_refuses_other_width_or_meta(tmp_path, kind):
         cls(path.with_name(path.name), F, {"encoder": "other"}, resume=True)
 
 
+def _partial(path):
+    return path.with_name(path.name + ".partial")
+
+
+def _finished(kind, path, keys=("1",)):
+    with _writer(kind, path) as w:
+        for key in keys:
+            w.write(key, np.ones((1, F)))
+
+
+@pytest.mark.parametrize("width, meta, match", [
+    (16, META, "width 8, this writer was given 16"),
+    (F, {**META, "encoder": "other"}, "encoder 'test-encoder', this run uses 'other'; mixing encoders"),
+    (F, {**META, "preprocessing": {"size": 256}}, r"other settings \(preprocessing = \{'size': 128\} in the file"),
+])
+def test_refused_resume_puts_the_finished_file_back(tmp_path, kind, width, meta, match):
+    path = _path(tmp_path, kind)
+    _finished(kind, path)
+    cls = HDF5FeatureWriter if kind == "h5" else NpzDirFeatureWriter
+    with pytest.raises(FeatureStoreError, match=f"cannot resume {re.escape(str(path))}: .*{match}") as err:
+        cls(path, width, meta, resume=True)
+    assert "--restart" in str(err.value) and "another --out" in str(err.value)
+    assert path.exists() and not _partial(path).exists()
+    with open_feature_store(path) as store:
+        assert store.keys() == ["1"] and store.meta == META
+
+
+def test_exception_while_continuing_a_finished_file_keeps_its_name(tmp_path, kind):
+    path = _path(tmp_path, kind)
+    _finished(kind, path)
+    with pytest.raises(RuntimeError):
+        with _writer(kind, path, resume=True) as w:
+            w.write("2", np.ones((1, F)))
+            raise RuntimeError("crash in the middle")
+    assert path.exists() and not _partial(path).exists()  # old images plus the ones completed
+    with open_feature_store(path) as store:
+        assert sorted(store.keys()) == ["1", "2"]
+
+
+def _truncated_store(path):
+    _finished("h5", path, keys=[str(i) for i in range(20)])
+    return path.read_bytes()[:1500]
+
+
+def _other_hdf5(path):
+    with h5py.File(path, "w") as f:
+        f.create_dataset("features", data=np.ones((3, 4)))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: b"plain text, not HDF5\n", r"found a 21-byte file that is not HDF5 \(it starts with b'plain"),
+    (lambda p: b"", "found an empty file"),
+    (_truncated_store, r"damaged HDF5 file \(.*truncated file"),
+    (_other_hdf5, "an HDF5 file but not a catcap feature file"),
+])
+def test_a_file_that_cannot_be_continued_is_refused_untouched(tmp_path, make, match):
+    path = tmp_path / "feats.h5"
+    content = make(path)
+    path.write_bytes(content)
+    with pytest.raises(FeatureStoreError, match=match) as err:
+        HDF5FeatureWriter(path, F, META, resume=True)
+    assert "\n" not in str(err.value) and "--restart" in str(err.value)
+    assert path.read_bytes() == content and not _partial(path).exists()
+
+
+def test_discard_if_empty(tmp_path, kind):
+    path = _path(tmp_path, kind)
+    with _writer(kind, path) as w:  # a new file with nothing in it leaves nothing behind
+        w.discard_if_empty()
+    assert not path.exists() and not _partial(path).exists()
+    _finished(kind, path, keys=())
+    with _writer(kind, path, resume=True) as w:  # a finished file, even an empty one, is kept
+        w.discard_if_empty()
+    assert path.exists() and not _partial(path).exists()
+    other = tmp_path / ("other.h5" if kind == "h5" else "other")
+    with _writer(kind, other) as w:  # a .partial holding images is kept, to be continued
+        w.write("1", np.ones((1, F)))
+        w.discard_if_empty()
+    assert not other.exists() and _partial(other).exists()
+
+
+def test_meta_conflict_says_what_differs_briefly():
+    assert meta_conflict(META, dict(META)) is None
+    # a field newer writers record is no conflict when the file predates it (or the writer does not set it) ...
+    assert meta_conflict(META, {**META, "keys": "image-id"}) is None
+    assert meta_conflict({**META, "keys": "image-id"}, META) is None
+    # ... but two different recorded values are
+    msg = meta_conflict({**META, "keys": "file-stem"}, {**META, "keys": "image-id"})
+    assert "keyed by file name (1000268201_693b08cb0e)" in msg and "by image id (--dataset" in msg
+    msg = meta_conflict({**META, "a": 1, "b": 2, "c": 3, "d": "x" * 100}, META)
+    assert "a = 1 in the file, None now" in msg and "(and 1 more)" in msg and "x" * 50 not in msg
+
+
 def test_existing_final_needs_resume_or_overwrite(tmp_path, kind):
     path = _path(tmp_path, kind)
     with _writer(kind, path) as w:
@@ -240,6 +336,43 @@ def test_check_features(tmp_path, kind):
         missing = [str(i) for i in range(3, 20)]
         with pytest.raises(FeatureStoreError, match=r"17 of 18 images.*first: \['3', '4', '5', '6', '7'\]"):
             check_features(store, ["0"] + missing, F)
+
+
+STEMS = ["1000268201_693b08cb0e", "1001773457_577c3a7d70", "1002674143_1b742ab4b8", "1003163366_44323f5815"]
+
+
+def test_check_features_shows_held_keys_and_suggests_the_key_scheme(tmp_path, kind):
+    stems = _path(tmp_path, kind)
+    _finished(kind, stems, keys=STEMS)
+    with open_feature_store(stems) as store:
+        with pytest.raises(FeatureStoreError, match=r"1 of 1 images.*the store holds 4 keys like "
+                           r"\['1000268201_693b08cb0e', '1001773457_577c3a7d70', '1002674143_1b742ab4b8', \.\.\.\]; "
+                           r"the store is keyed by file name but image ids are wanted: re-extract it with "
+                           r"catcap extract --images DIR --dataset JSON"):
+            check_features(store, ["1000268201"])
+    ids = tmp_path / ("ids.h5" if kind == "h5" else "ids")
+    _finished(kind, ids, keys=["1000268201", "1001773457"])
+    with open_feature_store(ids) as store:
+        with pytest.raises(FeatureStoreError, match=r"holds 2 keys like \['1000268201', '1001773457'\]; the store "
+                           r"is keyed by image id .*look like file names"):
+            check_features(store, ["1000268201_693b08cb0e"])
+    empty = tmp_path / ("empty.h5" if kind == "h5" else "empty")
+    _finished(kind, empty, keys=())
+    with open_feature_store(empty) as store:
+        with pytest.raises(FeatureStoreError, match="the store is empty; extract them"):
+            check_features(store, ["1"])
+
+
+def test_check_features_width_advice_for_a_checkpoint(tmp_path):
+    path = tmp_path / "f.h5"
+    _finished("h5", path)
+    with open_feature_store(path) as store:
+        with pytest.raises(FeatureStoreError, match="set model.feature_dim=8"):
+            check_features(store, ["1"], 16)
+        with pytest.raises(FeatureStoreError) as err:
+            check_features(store, ["1"], 16, width_advice=CHECKPOINT_WIDTH_ADVICE)
+    assert "width 8, the model expects 16; a trained checkpoint" in str(err.value)
+    assert "feature_dim" not in str(err.value) and "--features" in str(err.value)
 
 
 def test_hdf5_store_pickles_and_reopens_in_workers(tmp_path):

@@ -280,3 +280,53 @@ def test_overwrite_refusal_and_atomic_failure(tmp_path, monkeypatch):
 def test_bad_arguments(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_world(tmp_path / "w", progress=False, **kwargs)
+
+
+def test_overwrite_replaces_only_a_world(tmp_path, capsys):
+    """--overwrite replaces a folder catcap synth wrote (plus its CIDEr-D df cache), never one
+    holding anything else: those files are refused and left as they were."""
+    from catcap.cli.main import main
+
+    small = dict(num_train=2, num_val=0, num_test=0, feature_dim=4, progress=False)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "thesis.tex").write_text("years of work")
+    (notes / "sub").mkdir()
+    for overwrite in (False, True):
+        with pytest.raises(FileExistsError, match=r"is not a shapes world.*thesis\.tex.*nothing was changed"):
+            make_world(notes, overwrite=overwrite, **small)
+    assert sorted(p.name for p in notes.iterdir()) == ["sub", "thesis.tex"]
+    assert (notes / "thesis.tex").read_text() == "years of work"
+    assert main(["synth", "--out", str(notes), "--train", "2", "--val", "0", "--test", "0",
+                 "--feature-dim", "4", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "catcap synth: error:" in err and "not a shapes world" in err and "Traceback" not in err
+    assert (notes / "thesis.tex").read_text() == "years of work"
+
+    # a world.json another program wrote is no marker
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "world.json").write_text('{"generator": "minecraft"}')
+    with pytest.raises(FileExistsError, match="not a shapes world"):
+        make_world(other, overwrite=True, **small)
+    assert (other / "world.json").read_text() == '{"generator": "minecraft"}'
+
+    # a world with the df cache train writes next to the dataset JSON: replaced
+    world = tmp_path / "world"
+    make_world(world, **small)
+    (world / "dataset_shapes.train.0123abcd.cider-df.npz").write_bytes(b"cache")
+    with pytest.raises(FileExistsError, match="already holds a shapes world; pass overwrite=True"):
+        make_world(world, **small)
+    make_world(world, **{**small, "num_train": 3}, overwrite=True)
+    assert len(json.loads((world / "dataset_shapes.json").read_text())["images"]) == 3
+    assert sorted(p.name for p in world.iterdir()) == ["dataset_shapes.json", "features.h5", "images", "world.json"]
+
+    # a world plus a file of the user's (at the top or among the images): refused, all kept
+    for extra in (world / "my_notes.txt", world / "images" / "holiday.jpg"):
+        extra.write_text("mine")
+        with pytest.raises(FileExistsError, match=rf"plus files that are not part of one \(.*{extra.name}"):
+            make_world(world, overwrite=True, **small)
+        assert extra.read_text() == "mine"
+        assert len(json.loads((world / "dataset_shapes.json").read_text())["images"]) == 3
+        extra.unlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "other", "world"]  # no temp folders

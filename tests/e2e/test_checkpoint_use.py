@@ -58,3 +58,30 @@ def test_generate_evaluate_and_caption(tiny_world, tiny_overrides, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "catcap", "caption", "--checkpoint", str(best), "no-such-image"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "have no features" in bad.stderr and "no-such-image" in bad.stderr
+
+
+def test_a_run_with_relative_data_paths_is_evaluated_from_another_folder(tiny_world, tiny_overrides, tmp_path,
+                                                                         monkeypatch):
+    import os
+
+    work, elsewhere = tmp_path / "work", tmp_path / "else" / "where"
+    work.mkdir()
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(work)  # train as `catcap train` run in `work`, with paths relative to it
+    relative = {"data.dataset": os.path.relpath(tiny_world.dataset, work),
+                "data.features": os.path.relpath(tiny_world.features, work)}
+    api.train(None, tiny_overrides(tiny_world, "run", **{"train.epochs": 1, **relative}), log=lambda m: None)
+    best = work / "run" / "best"
+    assert not (elsewhere / relative["data.dataset"]).exists()  # the recorded paths do not open from there
+    proc = subprocess.run([sys.executable, "-m", "catcap", "evaluate", "--checkpoint", str(best), "--beam", "1",
+                           "--metrics", "bleu"], capture_output=True, text=True, cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert "(30 images)" in proc.stdout
+    # --features replaces the checkpoint's feature store; a folder is not an image
+    proc = subprocess.run([sys.executable, "-m", "catcap", "evaluate", "--checkpoint", str(best), "--beam", "1",
+                           "--metrics", "bleu", "--features", str(elsewhere / "none.h5")],
+                          capture_output=True, text=True, cwd=elsewhere)
+    assert proc.returncode == 2 and "none.h5" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "catcap", "caption", "--checkpoint", str(best), str(tiny_world.images)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "is a folder" in proc.stderr

@@ -81,7 +81,37 @@ def test_a_new_run_in_the_same_folder_starts_its_own_log(tiny_world, tiny_overri
         output = proc.communicate(timeout=300)[0]
         assert proc.returncode == 0, output
     assert "an earlier run's log" in output and "moved to log." in output
+    assert "holds checkpoints of an earlier run (last); this new run replaces them" in output
     logs = sorted(p.name for p in (tmp_path / "run").glob("log*.jsonl"))
     assert len(logs) == 2 and "log.jsonl" in logs
     for name in logs:  # each log holds one run: steps 1, 2, 3 once
         assert [r["step"] for r in _records(tmp_path / "run" / name) if r["kind"] == "train"] == [1, 2, 3]
+
+
+def test_resume_refuses_a_different_model_before_loading_it(tiny_world, tiny_overrides, tmp_path):
+    args = tiny_overrides(tiny_world, tmp_path / "run", **{"train.max_steps": 2, "train.epochs": 1})
+    proc = run_train(args)
+    assert proc.wait(timeout=300) == 0
+    changed = run_train([*args, "model.d_model=16", "model.d_ff=48", "--resume"])
+    output = changed.communicate(timeout=300)[0]
+    assert changed.returncode == 2, output
+    assert "Traceback" not in output
+    assert "model.d_model is 32 in the checkpoint, 16 in the config" in output
+    assert "model.d_ff is 64 in the checkpoint, 48 in the config" in output
+    assert load_checkpoint(tmp_path / "run" / "last")["config"]["model"]["d_model"] == 32  # untouched
+    # a dropout change is allowed (the weights fit) and said
+    proc = run_train([*args, "model.dropout=0.3", "train.max_steps=3", "--resume"])
+    output = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, output
+    assert "resuming with model.dropout changed from 0.1 to 0.3" in output
+
+
+def test_init_from_a_checkpoint_of_another_size_names_the_settings(tiny_world, tiny_overrides, tmp_path):
+    from catcap import api
+
+    args = tiny_overrides(tiny_world, tmp_path / "xe", **{"train.max_steps": 1, "train.epochs": 1})
+    api.train(None, args, log=lambda m: None)
+    other = tiny_overrides(tiny_world, tmp_path / "ft", **{"train.max_steps": 1, "train.epochs": 1, "model.d_ff": 48,
+                                                           "train.init_from": tmp_path / "xe" / "last"})
+    with pytest.raises(ValueError, match=r"its weights do not fit .*model\.d_ff is 64 in the checkpoint, 48 in the config"):
+        api.train(None, other, log=lambda m: None)

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from extract_fakes import TINY_NAMES, FakeEncoder
 
 FLICKR8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "flickr8k" / "images"
 
@@ -29,3 +30,28 @@ def onnx_cache_root(tmp_path_factory):
     pytest.importorskip("onnxruntime", reason='pip install "catcap[onnx]"')
     pytest.importorskip("onnxscript", reason='pip install "catcap[onnx]"')
     return tmp_path_factory.mktemp("catcap-cache")
+
+
+@pytest.fixture
+def fake_encoders(monkeypatch):
+    """`catcap extract` / extract_features(encoder=name) build FakeEncoders; returns the list built."""
+    built = []
+
+    def make(name, backend="torch"):
+        built.append(FakeEncoder(name))
+        return built[-1]
+
+    monkeypatch.setattr("catcap.features.extract.make_encoder", make)
+    return built
+
+
+@pytest.fixture
+def tiny_photos(tmp_path) -> Path:
+    """Three small synthetic photos named like Flickr8k files (id_hash.png)."""
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i, name in enumerate(TINY_NAMES):
+        Image.new("RGB", (48, 40), (40 * i, 100, 200 - 40 * i)).save(folder / name)
+    return folder

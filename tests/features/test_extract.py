@@ -28,6 +28,7 @@ def test_extract_resume_and_corrupt(photos, lite0, tmp_path):
         assert len(store) == 12 and store.feature_dim == 1280 and "0_corrupt" not in store
         assert store.meta["encoder"] == "efficientnet-lite0" and store.meta["input_size"] == 224
         assert store.meta["preprocess"]["mean_rgb"] == 127.0 and store.meta["grid"] == [7, 7]
+        assert store.meta["keys"] == "file-stem"
         for key in store.keys():
             feats = store.get(key)
             assert feats.regions.shape == (49, 1280) and feats.boxes.shape == (49, 4)

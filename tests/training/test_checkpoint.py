@@ -69,6 +69,23 @@ def test_incomplete_directory_is_a_clear_error(tmp_path):
         load_checkpoint(tmp_path / "x")
 
 
+def test_a_run_folder_or_a_missing_folder_says_which_checkpoint_was_meant(tmp_path):
+    save_checkpoint(tmp_path / "run" / "best", model=torch.nn.Linear(3, 2), config={}, vocab={})
+    save_checkpoint(tmp_path / "run" / "last", model=torch.nn.Linear(3, 2), config={}, vocab={})
+    with pytest.raises(CheckpointError, match=r"training run's folder, not a checkpoint; its checkpoints are "
+                                              r".*run/best and .*run/last"):
+        load_checkpoint(tmp_path / "run")
+    with pytest.raises(CheckpointError, match=r"no checkpoint at .*nope: the folder does not exist"):
+        load_checkpoint(tmp_path / "nope")
+
+
+def test_the_working_folder_of_the_run_is_recorded(tmp_path):
+    save_checkpoint(tmp_path / "c", model=torch.nn.Linear(3, 2), config={}, vocab={}, workdir="/some/where")
+    assert load_checkpoint(tmp_path / "c")["workdir"] == "/some/where"
+    save_checkpoint(tmp_path / "d", model=torch.nn.Linear(3, 2), config={}, vocab={})
+    assert load_checkpoint(tmp_path / "d")["workdir"] is None
+
+
 def test_checkpoint_permissions_follow_the_umask(tmp_path):
     """Not tempfile.mkdtemp's private 0o700: a checkpoint is readable like any folder the user makes."""
     import os

@@ -1,6 +1,7 @@
 """catcap analyze history: per-position history weights, one image's attention, the plots and the CLI."""
 
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +18,8 @@ from catcap.data.karpathy import load_karpathy  # noqa: E402
 from catcap.data.synthetic import make_world  # noqa: E402
 from catcap.training.checkpoint import save_checkpoint  # noqa: E402
 from catcap.training.setup import make_model  # noqa: E402
-from catcap.viz.history import ImageAttention, collect_history_weights, image_attention  # noqa: E402
+from catcap.viz.history import (ImageAttention, collect_history_weights, image_attention, image_file,  # noqa: E402
+                                image_folders)
 from catcap.viz.history_plots import plot_history_weight, plot_image_attention  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -209,6 +211,36 @@ def test_cli_writes_the_pictures_and_the_numbers(world, cat_checkpoint, tmp_path
     assert data["files"]["attention"] == [f"attention_{key}_with-AWC.png", f"attention_{key}_again.png"]
     for name in data["files"]["attention"]:
         _png_size(out2 / name)
+
+
+def test_the_photo_is_found_where_import_recorded_it_or_in_images_and_its_absence_is_said(world, cat_checkpoint,
+                                                                                           tmp_path, capsys):
+    records, _ = _val(world)
+    rec = records[0]
+    photo = next(Path(world.dataset).parent.rglob(rec.filename))
+    data = json.loads(Path(world.dataset).read_text())
+    moved = tmp_path / "elsewhere" / "dataset.json"  # the JSON apart from the photos, as in the Flickr8k recipe
+    moved.parent.mkdir()
+    moved.write_text(json.dumps(data))
+    assert image_file(rec, image_folders(moved)) is None
+    assert image_file(rec, image_folders(moved, images=photo.parent)) == photo.parent / rec.filename
+    data["catcap_import"] = {"source": {"images_dir": str(photo.parent)}}
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps(data))
+    assert image_file(rec, image_folders(recorded)) == photo.parent / rec.filename
+
+    args = ["analyze", "history", "--checkpoint", str(cat_checkpoint), "--limit", "2", "--max-len", str(MAX_LEN),
+            "--quiet", "--dataset", str(moved)]
+    assert main([*args, "--out", str(tmp_path / "bars")]) == 0
+    assert f"the photo of image {rec.key} was not found" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "photo"), "--images", str(photo.parent)]) == 0
+    assert "was not found" not in capsys.readouterr().err
+
+
+def test_a_failed_analysis_leaves_no_empty_output_folder(cat_checkpoint, tmp_path):
+    assert main(["analyze", "history", "--checkpoint", str(cat_checkpoint), "--out", str(tmp_path / "o"),
+                 "--split", "no-such-split", "--quiet"]) == 2
+    assert not (tmp_path / "o").exists()
 
 
 def test_region_fallbacks_grid_and_bars(tmp_path):

@@ -36,7 +36,10 @@ and shows, for one decoder layer (--layer, default the top one), averaged over h
                        it a bar per history entry, labelled with the word that step read
                        (<bos> for the first; orange = the current step's own entry). The
                        panel title gives the word and its history weight. With several
-                       checkpoints: attention_<id>_<label>.png, one per checkpoint.
+                       checkpoints: attention_<id>_<label>.png, one per checkpoint. The
+                       photo is looked for in --images DIR, next to the dataset file, and in
+                       the images folder `catcap import` recorded in it; without it the
+                       regions are drawn as bars (a note says so).
 
 Position t is the step that produces the t-th output token; the step that produces <eos>
 is included (the AWC loss constrains it too) unless --words-only.
@@ -73,6 +76,8 @@ def register(sub) -> None:
     his.add_argument("--words-only", action="store_true", help="leave the <eos> step out of the averages")
     his.add_argument("--dataset", metavar="FILE.json", help="Karpathy file (default: the checkpoint's data.dataset)")
     his.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
+    his.add_argument("--images", metavar="DIR", help="folder of the dataset's photos, to draw the attention on the "
+                     "image (default: next to the dataset file, or the folder `catcap import` recorded)")
     his.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to run (default auto)")
     his.add_argument("--quiet", action="store_true", help="no progress bar")
     his.set_defaults(func=cmd_history)
@@ -93,7 +98,7 @@ def cmd_history(args) -> int:
                              limit=args.limit or None, layer=args.layer, image_id=args.image_id,
                              max_len=args.max_len, batch_size=args.batch_size, include_eos=not args.words_only,
                              dataset=args.dataset, features=args.features, device=args.device,
-                             progress=not args.quiet)
+                             progress=not args.quiet, images=args.images)
     for c in report.curves:
         numbers = ", ".join(f"t={k} {v:.3f}" for k, v in summary_positions(c).items())
         print(f"{c.label}: mean history weight {c.overall:.3f} over {c.images} images "
@@ -102,4 +107,8 @@ def cmd_history(args) -> int:
     print(f"wrote {report.history_json}")
     for p in report.attention_pngs:
         print(f"wrote {p}")
+    if report.photo is None:
+        looked = ", ".join(str(f) for f in report.photo_folders)
+        print(f"note: the photo of image {report.image_id} was not found (looked in {looked}), so the attention "
+              "picture shows the regions as bars; pass --images DIR to draw it on the photo", file=sys.stderr)
     return 0

@@ -80,8 +80,10 @@ example:
 FEATURES_HELP = """\
 Convert region features from the formats other captioning code uses into catcap's HDF5 feature
 store (keys = image ids; regions (N, F) float32; boxes when the source has them). The import is
-atomic and resumable: rerunning it after an interruption skips the images already written.
-Nothing is unpickled.
+atomic and resumable: rerunning it after an interruption skips the images already written;
+--restart starts again instead and replaces --out once the new store is complete (needed when
+--out holds features made another way, e.g. from another source format or feature width).
+The source is checked before anything is written. Nothing is unpickled.
 
 formats:
   tsv   bottom-up attention TSV (Anderson et al.): image_id, image_w, image_h, num_boxes,
@@ -94,6 +96,7 @@ formats:
 example:
   catcap import features --format tsv --source trainval/*.tsv --out data/coco/features.h5
   catcap import features --format m2 --source coco_detections.hdf5 --out data/coco/features.h5
+  catcap import features --format npy --source cocobu_att --boxes cocobu_box --out data/coco/features.h5 --restart
 """
 
 
@@ -133,6 +136,9 @@ def register(sub) -> None:
                        help="TSV file(s), a folder of .npy/.npz, an M2 .hdf5 file or an LMDB")
     feats.add_argument("--boxes", metavar="DIR", help="npy format: a folder of <key>.npy boxes (N, 4)")
     feats.add_argument("--out", required=True, metavar="FEATS.h5", help="the catcap HDF5 feature store to write")
+    feats.add_argument("--restart", action="store_true",
+                       help="start again instead of resuming: replace --out (and a left-over FEATS.h5.partial) "
+                            "once the new store is complete")
     feats.set_defaults(func=cmd_import_features)
 
     prep = sub.add_parser("prepare", help="vocabulary, encoded captions and CIDEr-D df of a dataset JSON",
@@ -182,10 +188,11 @@ def cmd_import_coco(args) -> int:
 
 
 def cmd_import_features(args) -> int:
-    from catcap import api
+    from catcap.api import import_features
 
-    source = args.source if args.format == "tsv" else args.source[0]
-    report = api.import_features(args.format, source, args.out, boxes_dir=args.boxes)
+    # several sources are for tsv only; for the other formats import_features refuses them
+    source = args.source if args.format == "tsv" or len(args.source) > 1 else args.source[0]
+    report = import_features(args.format, source, args.out, boxes_dir=args.boxes, overwrite=args.restart)
     print(f"wrote {report['written']} images ({report['feature_dim']}-d features) to {report['out']}"
           + (f"; {report['skipped']} already there" if report["skipped"] else ""))
     return 0

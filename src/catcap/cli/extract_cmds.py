@@ -18,22 +18,31 @@ cell's pixel box in the original image (to draw attention on the photo later).
 
 Each image is center-cropped (a square of S/(S+32) of its shorter side, 7/8 for lite0), resized (bicubic)
 and normalised (x - 127) / 128, as the weights were trained; the store records this, with the
-encoder's name, so a checkpoint can later caption raw photos the same way. The key of an image
-is its file name without extension (1000268201_693b08cb0e.jpg -> 1000268201_693b08cb0e); with
---dataset JSON (from catcap import) only that dataset's images are extracted and each is keyed
-by its image id (1000268201), which is what catcap train looks up.
+encoder's name, so a checkpoint can later caption raw photos the same way.
+
+Keys: with --dataset JSON (from catcap import) only that dataset's images are extracted and each
+is keyed by its image id (1000268201), which is what catcap train looks up: use it for a
+training recipe. Without --dataset an image is keyed by its file name without extension
+(1000268201_693b08cb0e.jpg -> 1000268201_693b08cb0e), which catcap train cannot match to a
+dataset. The store records which, and continuing it the other way is refused (one file never
+holds an image twice under two keys).
 
 --backend onnx runs the same network through ONNX Runtime, several times faster on a CPU (the
 model is exported once into ~/.cache/catcap/onnx, or $CATCAP_CACHE_DIR/onnx, and checked against
 PyTorch before the run; needs pip install "catcap[onnx]"). Both give the same features (~3e-5).
 
 An interrupted run is continued by running the same command again (images already in --out are
-skipped). Unreadable images are skipped and listed in OUT.errors.txt; the run never stops on them.
+skipped). Unreadable images are skipped and listed in OUT.errors.txt; the run never stops on them
+(but if not one image can be read, nothing is written and the command fails).
 
 examples:
-  catcap extract --images ../shared/data/flickr8k/images --out data/flickr8k/lite0.h5
-  catcap extract --backend onnx --workers 1 --images ../shared/data/flickr8k/images \
+  # the Flickr8k recipe's features (keyed by image id, as catcap train expects)
+  catcap extract --images ../shared/data/flickr8k/images \\
                  --dataset data/flickr8k/dataset_flickr8k.json --out data/flickr8k/lite0.h5
+  # the same through ONNX Runtime, several times faster on a CPU
+  catcap extract --backend onnx --workers 1 --images ../shared/data/flickr8k/images \\
+                 --dataset data/flickr8k/dataset_flickr8k.json --out data/flickr8k/lite0.h5
+  # a folder of your own photos, keyed by file name (a quick look at the first 100)
   catcap extract --encoder efficientnet-lite2 --images photos/ --out photos_lite2.h5 --limit 100
 """
 
@@ -51,13 +60,27 @@ def register(sub) -> None:
                      help="torch (default: eager PyTorch) or onnx (ONNX Runtime: several times faster on a CPU)")
     ext.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
     ext.add_argument("--workers", type=int, default=2,
-                     help="processes decoding and resizing images while the network runs (default 2; 0 = in the "
-                          "main process, best on a 2-core machine)")
-    ext.add_argument("--limit", type=int, metavar="N", help="only the first N images by name (a quick look)")
+                     help="processes decoding and resizing images while the network runs (default 2; 0 = decode "
+                          "in the main process). On a 2-core machine the count changes the speed little; with "
+                          "more cores, workers keep the network busy")
+    ext.add_argument("--limit", type=_positive_int, metavar="N",
+                     help="only the first N images (N >= 1; a quick look): by file name, or with --dataset in "
+                          "the dataset file's order")
     ext.add_argument("--restart", action="store_true",
                      help="replace --out instead of continuing it (default: continue, skipping done images)")
     ext.add_argument("--quiet", action="store_true", help="no progress bar")
     ext.set_defaults(func=cmd_extract)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of images >= 1, found {text!r}; "
+                                         "leave --limit out to extract every image")
+    return value
 
 
 def cmd_extract(args) -> int:

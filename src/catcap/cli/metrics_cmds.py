@@ -56,10 +56,12 @@ def register(sub) -> None:
     ev.add_argument("--quiet", action="store_true", help="print only the table")
     ev.add_argument("--checkpoint", metavar="DIR", help="caption --split (default test) of the checkpoint's dataset "
                     "with this trained model, then score it")
-    ev.add_argument("--beam", type=int, default=5, help="with --checkpoint: beam size (default 5)")
-    ev.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+    ev.add_argument("--beam", type=int, help="with --checkpoint: beam size (default 5)")
+    ev.add_argument("--device", choices=["auto", "cpu", "cuda"],
                     help="with --checkpoint: where the model runs (default auto: CUDA when there is one)")
     ev.add_argument("--save-results", metavar="RESULTS.json", help="with --checkpoint: write the COCO-format results")
+    ev.add_argument("--features", metavar="STORE", help="with --checkpoint: the feature store to caption from "
+                    "(default: the checkpoint's data.features; --refs likewise replaces its data.dataset)")
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,27 +79,46 @@ def cmd_evaluate(args) -> int:
     from catcap import api
     from catcap.metrics.evaluate import print_table
 
+    checkpoint_only = [flag for flag, value in (("--beam", args.beam), ("--device", args.device),
+                       ("--save-results", args.save_results), ("--features", args.features)) if value is not None]
+    if args.checkpoint and (args.results or args.example):
+        return _usage_error("evaluate", "give --checkpoint (caption a split, then score it) or --results/--example "
+                            "(score captions you have), not both")
+    if checkpoint_only and not args.checkpoint:
+        return _usage_error("evaluate", f"{', '.join(checkpoint_only)} only apply with --checkpoint")
     if args.checkpoint:
-        ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=args.beam, metrics=args.metrics,
-                                        dataset=args.refs, save_results=args.save_results, corenlp_dir=args.corenlp,
-                                        log=log_to_stderr(args.quiet), device=args.device)
+        ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=5 if args.beam is None else args.beam,
+                                        metrics=args.metrics, dataset=args.refs, features=args.features,
+                                        save_results=args.save_results, corenlp_dir=args.corenlp,
+                                        log=log_to_stderr(args.quiet), device=args.device or "auto")
         print_table(ev)
-        if args.output:
-            api.write_json_atomic(args.output, ev.to_json())
+        _write_scores(ev, args.output)
         return 0
     if args.example:
         results, refs = api.example_files()
     elif args.results and args.refs:
         results, refs = args.results, args.refs
     else:
-        raise SystemExit("catcap evaluate: error: give --results and --refs (or --example); see catcap evaluate --help")
+        return _usage_error("evaluate", "give --results and --refs (or --example, or --checkpoint); "
+                            "see catcap evaluate --help")
     ev = api.evaluate(results, refs, split=args.split, metrics=args.metrics, corenlp_dir=args.corenlp,
                       log=log_to_stderr(args.quiet))
     print_table(ev)
-    if args.output:
-        api.write_json_atomic(args.output, ev.to_json())
-        print(f"scores written to {args.output}", file=sys.stderr)
+    _write_scores(ev, args.output)
     return 0
+
+
+def _write_scores(ev, output) -> None:
+    from catcap import api
+
+    if output:
+        api.write_json_atomic(output, ev.to_json())
+        print(f"scores written to {output}", file=sys.stderr)
+
+
+def _usage_error(command: str, message: str) -> int:
+    print(f"catcap {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def cmd_compare(args) -> int:
@@ -105,7 +126,8 @@ def cmd_compare(args) -> int:
     from catcap.metrics.bootstrap import format_comparison
 
     if not args.refs:
-        raise SystemExit("catcap compare: error: give --refs; see catcap compare --help")
+        return _usage_error("compare", "give --refs (the references both result files are scored against); "
+                            "see catcap compare --help")
     rows = api.compare(args.a, args.b, args.refs, split=args.split, metrics=args.metrics, resamples=args.resamples,
                        seed=args.seed, corenlp_dir=args.corenlp, log=log_to_stderr(False))
     print(format_comparison(rows, "A", "B"))

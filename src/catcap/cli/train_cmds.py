@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 
 SYNTH_HELP = """\
@@ -43,6 +44,21 @@ examples:
   catcap train --config configs/experiments/demo.yaml model.cross_attention=caca train.awc.enabled=true
   catcap train --config configs/experiments/demo_scst.yaml          # SCST from the demo's model
   catcap train --config configs/models/cat.yaml data.dataset=D.json data.features=F.h5
+"""
+
+
+VALIDATE_HELP = """\
+Check an experiment config (YAML plus key=value overrides) the way `catcap train` does before
+it starts, without training: unknown keys and wrong types are rejected with the valid
+choices, then the data the config names is read (data.dataset's train and val splits, the
+feature store's width against model.feature_dim, every image's features present) and
+train.init_from, when set, must be a checkpoint. Prints the full config as YAML (every
+default filled in) and one line per check. --no-data checks the config alone.
+
+examples:
+  catcap validate-config --config configs/experiments/flickr8k_cat.yaml
+  catcap validate-config --config configs/models/cat.yaml data.dataset=D.json data.features=F.h5
+  catcap validate-config --config configs/experiments/coco_cat.yaml --no-data > full_config.yaml
 """
 
 
@@ -143,9 +159,10 @@ def register(sub) -> None:
     syn.add_argument("--feature-dim", type=int, default=2048, help="width of the region features (default 2048)")
     syn.add_argument("--overwrite", action="store_true", help="replace an existing world in --out")
     syn.set_defaults(func=cmd_synth)
-    for name, helptext, func in (("train", "train a captioner", cmd_train),
-                                 ("validate-config", "check an experiment config without running it", cmd_validate)):
-        p = sub.add_parser(name, help=helptext, description=TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, helptext, func, description in (
+            ("train", "train a captioner", cmd_train, TRAIN_HELP),
+            ("validate-config", "check an experiment config and its data without training", cmd_validate, VALIDATE_HELP)):
+        p = sub.add_parser(name, help=helptext, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--config", metavar="FILE.yaml", help="experiment config (defaults if omitted)")
         p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.epochs=3")
         p.add_argument("--device", choices=["auto", "cpu", "cuda"],
@@ -154,6 +171,8 @@ def register(sub) -> None:
                        help="= train.precision: fp32 (default), bf16 autocast, fp16 autocast + gradient scaler")
         if name == "train":
             p.add_argument("--resume", action="store_true", help="continue from out_dir/last")
+        else:
+            p.add_argument("--no-data", action="store_true", help="check the config only, not the data it names")
         p.set_defaults(func=func)
 
 
@@ -176,7 +195,7 @@ def world_summary(paths, images: int, feature_dim: int) -> str:
         f"  recipe    {paths.info}",
         "train on it:",
         f"  catcap train --config configs/experiments/demo.yaml data.dataset={paths.dataset} "
-        f"data.features={paths.features} model.feature_dim={feature_dim}",
+        f"data.features={paths.features} model.feature_dim={feature_dim} out_dir=runs/{Path(paths.root).name}",
     ])
 
 
@@ -192,6 +211,9 @@ def cmd_validate(args) -> int:
     cfg = api.load_experiment(args.config, _with_flags(args))
     print(api.config_yaml(cfg), end="")
     print("config OK", file=sys.stderr)
+    if not args.no_data:
+        for line in api.check_experiment_data(cfg):
+            print(line, file=sys.stderr)
     return 0
 
 

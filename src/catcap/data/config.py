@@ -22,3 +22,8 @@ class DataConfig:
     train_split: str = "train"
     val_split: str = "val"
     test_split: str = "test"
+
+    def __post_init__(self):
+        from catcap.config import check_at_least
+
+        check_at_least("data", self, {"max_len": 1, "min_count": 1})

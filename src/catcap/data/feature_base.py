@@ -112,10 +112,54 @@ class _StoreBase:
         return f"{type(self).__name__}({str(self.path)!r}, feature_dim={self.feature_dim})"
 
 
+REPLACE_ADVICE = "use --restart to replace it (overwrite=True in Python), or choose another --out"
+
+# meta fields that newer writers record: compared only when both the store and the writer have one,
+# so a store written before the field existed (or a writer that does not set it) is not refused
+_ADDED_LATER = ("keys",)
+
+KEY_SCHEMES = {
+    "file-stem": "file name (1000268201_693b08cb0e)",
+    "image-id": "image id (--dataset; 1000268201)",
+    "custom": "a caller's own keys= mapping",
+}
+
+
+def meta_conflict(found: dict, wanted: dict) -> Optional[str]:
+    """Why features made as ``wanted`` must not be added to a store made as ``found`` (None: they may).
+
+    A short sentence naming what differs (the encoder, the key scheme, else up to three fields),
+    not two full dict dumps. A field of :data:`_ADDED_LATER` missing from either is no conflict.
+    """
+    fields = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k)
+                    and not (k in _ADDED_LATER and (k not in found or k not in wanted)))
+    if not fields:
+        return None
+    if "encoder" in fields:
+        return (f"it holds features of encoder {found.get('encoder')!r}, this run uses "
+                f"{wanted.get('encoder')!r}; mixing encoders in one file is refused")
+    if "keys" in fields:
+        have, want = (KEY_SCHEMES.get(m.get("keys"), repr(m.get("keys"))) for m in (found, wanted))
+        return (f"its images are keyed by {have}, this run keys them by {want}; continuing would "
+                "store every image a second time under the other key")
+    shown = "; ".join(f"{k} = {_short(found.get(k))} in the file, {_short(wanted.get(k))} now"
+                      for k in fields[:3])
+    more = f" (and {len(fields) - 3} more)" if len(fields) > 3 else ""
+    return f"its features were made with other settings ({shown}{more}); mixing them in one file is refused"
+
+
+def _short(value, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 class _WriterBase:
-    """Shared ``.partial`` / resume logic; subclasses implement _open, _put, _keys, _close."""
+    """Shared ``.partial`` / resume logic; subclasses implement _open, _put, _keys, _close.
+
+    Resuming a finished file moves it to ``.partial`` while it is written; whatever happens
+    (refused, unreadable, an exception while writing) it gets its name back when the writer
+    closes, so a finished store is never stranded at ``.partial``.
+    """
 
     def __init__(self, path: PathLike, feature_dim: int, meta: Optional[dict] = None,
                  *, resume: bool = False, overwrite: bool = False):
@@ -130,24 +174,31 @@ class _WriterBase:
         if self.partial.exists() and not (resume or overwrite):
             raise FileExistsError(f"{self.partial} is left from an interrupted run; pass resume=True "
                                   "to continue it or overwrite=True to start again")
+        self._restore = False  # True while a finished file is moved aside to .partial
         if resume and self.path.exists() and not self.partial.exists():
             os.replace(self.path, self.partial)
+            self._restore = True
         elif not resume and self.partial.exists():
             _remove(self.partial)
+        self._source = self.path if self._restore else self.partial  # the name errors should give
         try:
             self._open(resume and self.partial.exists())
-        except Exception:
-            self._close()
+            self._done = set(self._keys())
+        except BaseException:
+            try:
+                self._close()
+            finally:
+                self._put_back()
             raise
-        self._done = set(self._keys())
 
     def _check_header(self, feature_dim: int, meta: dict) -> None:
         if feature_dim != self.feature_dim:
-            raise FeatureStoreError(f"cannot resume {self.partial}: it holds features of width "
-                                    f"{feature_dim}, this writer was given {self.feature_dim}")
-        if self.meta and meta != self.meta:
-            raise FeatureStoreError(f"cannot resume {self.partial}: its meta {meta} differs from "
-                                    f"{self.meta}; mixing encoders in one file is refused")
+            raise FeatureStoreError(f"cannot resume {self._source}: it holds features of width "
+                                    f"{feature_dim}, this writer was given {self.feature_dim}; "
+                                    f"{REPLACE_ADVICE}")
+        conflict = meta_conflict(meta, self.meta) if self.meta else None
+        if conflict:
+            raise FeatureStoreError(f"cannot resume {self._source}: {conflict}; {REPLACE_ADVICE}")
         self.meta = meta
 
     def written_keys(self) -> set[str]:
@@ -165,12 +216,31 @@ class _WriterBase:
         self._done.add(key)
 
     def close(self, commit: bool = True) -> None:
-        """Finish the file; with ``commit`` rename ``.partial`` to the final path."""
+        """Finish the file; with ``commit`` rename ``.partial`` to the final path.
+
+        Without ``commit`` a new file stays at ``.partial`` (a rerun with ``resume=True``
+        continues it), but a resumed finished file always gets its name back: it holds its
+        old images plus every image completely written since.
+        """
         if self._close():
-            if commit:
+            if commit or self._restore:
                 if self.path.is_dir():  # os.replace cannot replace a non-empty directory
                     _remove(self.path)
                 os.replace(self.partial, self.path)
+                self._restore = False
+
+    def discard_if_empty(self) -> None:
+        """Close without finishing; a ``.partial`` that holds no image is deleted rather than
+        left behind (a resumed finished file still gets its name back, unchanged)."""
+        delete = not self._done and not self._restore
+        self.close(commit=False)
+        if delete:
+            _remove(self.partial)
+
+    def _put_back(self) -> None:
+        if self._restore:
+            os.replace(self.partial, self.path)
+            self._restore = False
 
     def __enter__(self):
         return self

@@ -12,7 +12,7 @@ from pathlib import Path
 import h5py
 
 from catcap.data.feature_base import (
-    FeatureStoreError, ImageFeatures, PathLike, _StoreBase, _WriterBase, _check_dim, _missing,
+    REPLACE_ADVICE, FeatureStoreError, ImageFeatures, PathLike, _StoreBase, _WriterBase, _check_dim, _missing,
     escape_key, unescape_key, validate_features,
 )
 
@@ -75,17 +75,49 @@ class HDF5FeatureStore(_StoreBase):
             self._file.close()
 
 
-def _read_header(f: "h5py.File", path) -> tuple[int, dict]:
+def _read_header(f: "h5py.File", path, advice: str = "convert it with HDF5FeatureWriter") -> tuple[int, dict]:
     found = f.attrs.get("format")
     found = found.decode() if isinstance(found, bytes) else found
     if found != FORMAT or "images" not in f:
         raise FeatureStoreError(f"{path} is an HDF5 file but not a catcap feature file: expected "
                                 f"attribute format={FORMAT!r} and a group /images, found "
-                                f"format={found!r}, top-level {sorted(f.keys())[:5]}; convert it with "
-                                "HDF5FeatureWriter")
+                                f"format={found!r}, top-level {sorted(f.keys())[:5]}; {advice}")
     return _check_dim(f.attrs.get("feature_dim")), json.loads(f.attrs.get("meta", "{}"))
 
 
+def _inspect(path: Path, name: Path) -> tuple[int, dict]:
+    """(feature_dim, meta) of the store at ``path`` (called ``name`` in messages) that a writer is
+    about to continue, read without writing a byte: anything that is not a readable catcap HDF5
+    feature file is refused with a short FeatureStoreError and left exactly as it was."""
+    if not h5py.is_hdf5(path):
+        raise FeatureStoreError(f"cannot resume {name}: expected a catcap HDF5 feature file, found "
+                                f"{_describe_file(path)}; {REPLACE_ADVICE}")
+    try:
+        with h5py.File(path, "r") as f:
+            header = _read_header(f, name, advice=REPLACE_ADVICE)
+            len(f["images"])  # the index of images must be readable too
+            return header
+    except FeatureStoreError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError) as err:
+        raise FeatureStoreError(f"cannot resume {name}: it is a damaged HDF5 file ({_first_line(err)}); "
+                                f"{REPLACE_ADVICE}") from None
+
+
+def _describe_file(path: Path) -> str:
+    if path.is_dir():
+        return "a directory"
+    size = path.stat().st_size
+    if size == 0:
+        return "an empty file"
+    with open(path, "rb") as f:
+        head = f.read(16)
+    return f"a {size}-byte file that is not HDF5 (it starts with {head!r})"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 class HDF5FeatureWriter(_WriterBase):
@@ -94,11 +126,14 @@ class HDF5FeatureWriter(_WriterBase):
     flush_every = 200
 
     def _open(self, resume: bool) -> None:
-        self._file = h5py.File(self.partial, "a" if resume else "w")
-        if resume:
-            dim, meta = _read_header(self._file, self.partial)
-            self._check_header(dim, meta)
-        else:
+        if resume:  # checked read-only first: a file that is refused is left byte-for-byte as it was
+            self._check_header(*_inspect(self.partial, self._source))
+        try:
+            self._file = h5py.File(self.partial, "a" if resume else "w")
+        except OSError as err:
+            raise FeatureStoreError(f"cannot open {self._source} for writing ({_first_line(err)}); check that "
+                                    "its folder is writable and that no other process has the file open") from None
+        if not resume:
             self._file.attrs.update(format=FORMAT, feature_dim=self.feature_dim,
                                     meta=json.dumps(self.meta, sort_keys=True))
             self._file.create_group("images")
@@ -110,9 +145,16 @@ class HDF5FeatureWriter(_WriterBase):
 
     def _put(self, name: str, feats: ImageFeatures) -> None:
         group = self._images.create_group(name)
-        group.create_dataset("regions", data=feats.regions)
-        if feats.boxes is not None:
-            group.create_dataset("boxes", data=feats.boxes)
+        try:
+            group.create_dataset("regions", data=feats.regions)
+            if feats.boxes is not None:
+                group.create_dataset("boxes", data=feats.boxes)
+        except BaseException:  # never leave half an image behind: a resumed run would skip it
+            try:
+                del self._images[name]
+            except Exception:  # noqa: BLE001 (best effort; the original error is what matters)
+                pass
+            raise
         self._pending += 1
         if self._pending >= self.flush_every:  # bound what a killed process can lose
             self._file.flush()

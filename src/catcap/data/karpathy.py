@@ -103,6 +103,9 @@ def _describe(grouped: dict[str, list[ImageRecord]]) -> str:
 
 def _read_json(path: Path) -> Any:
     """The shared UTF-8 JSON reader of catcap.metrics, with the data layer's error class."""
+    if not Path(path).is_file():
+        raise KarpathyFormatError(f"Karpathy split file not found: {path} (expected a JSON file such as "
+                                  "dataset_coco.json, or one `catcap import` wrote; check the path)")
     try:
         return read_json(path, "Karpathy split")
     except MetricInputError as err:

@@ -11,11 +11,16 @@ run: it is returned in ``ExtractResult.errors`` and listed in ``<out>.errors.txt
 
 Per image: ``regions`` = the encoder's grid cells (H*W, C) float32, row-major; ``boxes`` = each
 cell's box ``x1, y1, x2, y2`` in pixels of the original image (so attention can be drawn on it).
-The store's ``meta`` records the encoder, input size, grid and preprocessing.
+The store's ``meta`` records the encoder, input size, grid and preprocessing, and ``keys``: how
+images are keyed (``"file-stem"``: the file name without extension; ``"image-id"``: the dataset's
+image id, from :func:`dataset_images`). Continuing a store made another way is refused, so one
+file never holds an image twice under two keys (stores written before ``keys`` was recorded
+are continued as before).
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 import time
 from dataclasses import dataclass, field
@@ -67,6 +72,12 @@ def list_images(images: Union[PathLike, Sequence[PathLike]]) -> list[Path]:
     return [Path(p) for p in images]
 
 
+class DatasetKeys(dict):
+    """``{str(path): str(image_id)}`` from :func:`dataset_images`; recorded as ``keys="image-id"``."""
+
+    key_scheme = "image-id"
+
+
 def dataset_images(dataset: PathLike, images_dir: PathLike) -> tuple[list[Path], dict[str, str]]:
     """The images of a Karpathy-format dataset JSON, found in ``images_dir``, and their store keys.
 
@@ -80,7 +91,7 @@ def dataset_images(dataset: PathLike, images_dir: PathLike) -> tuple[list[Path],
     folder = Path(images_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"image folder {folder} does not exist (or is not a folder); pass --images DIR")
-    paths, keys, missing = [], {}, []
+    paths, keys, missing = [], DatasetKeys(), []
     for records in load_karpathy(dataset, restval_as_train=False).values():
         for rec in records:
             candidates = [folder / str(rec.extra.get("filepath") or "") / rec.filename, folder / rec.filename]
@@ -91,7 +102,8 @@ def dataset_images(dataset: PathLike, images_dir: PathLike) -> tuple[list[Path],
             paths.append(found)
             keys[str(found)] = rec.key
     if missing:
-        raise FileNotFoundError(f"{len(missing)} images of {dataset} are not in {folder} (e.g. {', '.join(missing[:3])}); "
+        raise FileNotFoundError(f"{_count(len(missing), 'image')} of {dataset} {'is' if len(missing) == 1 else 'are'} "
+                                f"not in {folder} (e.g. {', '.join(missing[:3])}); "
                                 "expected every listed file there (or under its 'filepath'); check --images")
     return paths, keys
 
@@ -136,35 +148,64 @@ def extract_features(
     overwrite: bool = False,
     progress: bool = True,
     keys: Optional[Mapping[str, str]] = None,
+    key_scheme: Optional[str] = None,
     limit: Optional[int] = None,
     log: Optional[Callable[[str], None]] = None,
 ) -> ExtractResult:
     """Extract grid features of ``images`` (a folder or a list of paths) into the HDF5 file ``out``.
 
     ``keys`` maps an image path (as given) to its store key; by default the key is the file stem
-    (``1000268201_693b08cb0e.jpg`` -> ``1000268201_693b08cb0e``). ``limit`` keeps the first N
-    images. ``backend`` ``torch`` (eager PyTorch) or ``onnx`` (ONNX Runtime, several times faster on
-    a CPU; same features to ~3e-5, see :mod:`catcap.features.onnx_backend`); ignored when
-    ``encoder`` is an encoder object. ``resume`` (default) appends to an existing ``out`` and skips its keys; with
-    ``resume=False`` an existing ``out`` is an error unless ``overwrite``.
+    (``1000268201_693b08cb0e.jpg`` -> ``1000268201_693b08cb0e``). ``key_scheme`` is recorded in
+    the store's meta as ``keys`` (default: ``"file-stem"`` without ``keys``, ``"image-id"`` for
+    the mapping of :func:`dataset_images`, else ``"custom"``); continuing a store recorded with
+    another scheme is refused. ``limit`` (>= 1) keeps the first N images (in the order given:
+    by name for a folder). ``backend`` ``torch`` (eager PyTorch) or ``onnx`` (ONNX Runtime,
+    several times faster on a CPU; same features to ~3e-5, see :mod:`catcap.features.onnx_backend`);
+    ignored when ``encoder`` is an encoder object. ``resume`` (default) appends to an existing
+    ``out`` and skips its keys; with ``resume=False`` an existing ``out`` is an error unless
+    ``overwrite``. If not a single image can be read and ``out`` held none before, nothing is
+    written and ValueError says why (the unreadable files are listed in ``<out>.errors.txt``).
     """
-    from catcap.data.features import HDF5FeatureWriter
-
     t0 = time.perf_counter()
     out = Path(out)
+    _check_arguments(out, encoder, backend, batch_size, workers, limit)
+    paths = list_images(images)
+    if limit is not None:
+        paths = paths[:limit]
+    names = [(keys[str(p)] if keys is not None else p.stem) for p in paths]
+    _check_unique(paths, names)
+    if key_scheme is None:
+        key_scheme = "file-stem" if keys is None else getattr(keys, "key_scheme", "custom")
+
+    enc = make_encoder(encoder, backend) if isinstance(encoder, str) else encoder
+    result = ExtractResult(out=out, encoder=enc.name, backend=backend if isinstance(encoder, str) else "given")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _run(enc, paths, names, out, dict(enc.meta, keys=key_scheme), result, resume=resume, overwrite=overwrite,
+         batch_size=batch_size, workers=workers, progress=progress, log=log)
+    result.seconds = time.perf_counter() - t0
+    if log and result.errors:
+        verb = "was" if len(result.errors) == 1 else "were"
+        log(f"{_count(len(result.errors), 'image')} could not be read and {verb} skipped; listed in {_errors_path(out)}")
+    return result
+
+
+def _check_arguments(out: Path, encoder, backend: str, batch_size: int, workers: int, limit) -> None:
+    """Refuse bad arguments before any file is touched."""
     if out.suffix.lower() not in (".h5", ".hdf5"):
         raise ValueError(f"expected an HDF5 output path ending in .h5 or .hdf5, found {out}; "
                          "e.g. --out feats.h5")
     if batch_size < 1 or workers < 0:
         raise ValueError(f"expected batch_size >= 1 and workers >= 0, found {batch_size}, {workers}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1):
+        raise ValueError(f"expected limit (--limit) to be a number of images >= 1, found {limit!r}; "
+                         "leave it out to extract every image")
     if isinstance(encoder, str):
         _spec(encoder)  # an unknown name or backend fails before any file is touched
         if backend not in ("torch", "onnx"):
             raise ValueError(f"unknown backend {backend!r}: expected 'torch' or 'onnx' (e.g. --backend onnx)")
-    paths = list_images(images)
-    if limit is not None:
-        paths = paths[:limit]
-    names = [(keys[str(p)] if keys is not None else p.stem) for p in paths]
+
+
+def _check_unique(paths: list[Path], names: list[str]) -> None:
     seen: dict[str, Path] = {}
     for p, k in zip(paths, names):
         if k in seen:
@@ -172,42 +213,67 @@ def extract_features(
                              "(rename one, or pass keys= with a mapping path -> key)")
         seen[k] = p
 
-    enc = make_encoder(encoder, backend) if isinstance(encoder, str) else encoder
-    result = ExtractResult(out=out, encoder=enc.name, backend=backend if isinstance(encoder, str) else "given")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with HDF5FeatureWriter(out, enc.channels, enc.meta, resume=resume, overwrite=overwrite) as writer:
+
+def _run(enc, paths: list[Path], names: list[str], out: Path, meta: dict, result: ExtractResult, *,
+         resume: bool, overwrite: bool, batch_size: int, workers: int, progress: bool, log) -> None:
+    """Open the writer, skip what is done, extract the rest into it; fills ``result``."""
+    from catcap.data.features import HDF5FeatureWriter
+
+    with HDF5FeatureWriter(out, enc.channels, meta, resume=resume, overwrite=overwrite) as writer:
         done = writer.written_keys()
         todo = [i for i, k in enumerate(names) if k not in done]
         result.skipped = len(paths) - len(todo)
-        if log and result.skipped:
-            log(f"{result.skipped} of {len(paths)} images are already in {out}; extracting the other {len(todo)}")
-        loader = torch.utils.data.DataLoader(
-            _ImageFiles([paths[i] for i in todo], enc.input_size), batch_size=batch_size,
-            num_workers=workers, collate_fn=_collate, worker_init_fn=_worker_init if workers else None,
-            prefetch_factor=4 if workers else None)
-        bar = _progress(len(todo), enabled=progress)
-        try:
-            with torch.inference_mode():
-                for batch, ok, bad in loader:
-                    for j, message in bad:
-                        result.errors.append((str(paths[todo[j]]), message))
-                    if batch is not None:
-                        grid, _ = enc(batch)
-                        grid = grid.float().numpy()
-                        for row, (j, width, height) in enumerate(ok):
-                            writer.write(names[todo[j]], grid[row], enc.boxes(width, height))
-                        result.extracted += len(ok)
-                    if bad:
-                        bar.set_postfix(errors=len(result.errors), refresh=False)
-                    bar.update(len(ok) + len(bad))
-        finally:
-            bar.close()
-    _write_errors(out, result.errors)
-    result.seconds = time.perf_counter() - t0
-    if log and result.errors:
-        log(f"{len(result.errors)} images could not be read and were skipped; listed in "
-            f"{_errors_path(out)}")
-    return result
+        if not todo:
+            if log:
+                log(f"nothing to do: all {_count(len(paths), 'image')} already in {out}")
+        else:
+            if log and result.skipped:
+                log(f"{result.skipped} of {len(paths)} images already in {out}; extracting the other {len(todo)}")
+            _extract_into(writer, enc, [paths[i] for i in todo], [names[i] for i in todo], result,
+                          batch_size=batch_size, workers=workers, progress=progress)
+        _write_errors(out, result.errors)
+        if todo and not result.extracted and not done:
+            writer.discard_if_empty()
+            raise ValueError(_nothing_extracted(out, result.errors))
+
+
+def _extract_into(writer, enc, paths: list[Path], names: list[str], result: ExtractResult, *,
+                  batch_size: int, workers: int, progress: bool) -> None:
+    """Decode ``paths`` in ``workers`` processes, encode them in batches, write each batch at once."""
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(paths, enc.input_size), batch_size=batch_size,
+        num_workers=workers, collate_fn=_collate, worker_init_fn=_worker_init if workers else None,
+        prefetch_factor=4 if workers else None)
+    bar = _progress(len(paths), enabled=progress)
+    try:
+        with torch.inference_mode():
+            for batch, ok, bad in loader:
+                for j, message in bad:
+                    result.errors.append((str(paths[j]), message))
+                if batch is not None:
+                    grid, _ = enc(batch)
+                    grid = grid.float().numpy()
+                    for row, (j, width, height) in enumerate(ok):
+                        writer.write(names[j], grid[row], enc.boxes(width, height))
+                    result.extracted += len(ok)
+                if bad:
+                    bar.set_postfix(errors=len(result.errors), refresh=False)
+                bar.update(len(ok) + len(bad))
+    finally:
+        bar.close()
+
+
+def _nothing_extracted(out: Path, errors: list[tuple[str, str]]) -> str:
+    path, message = errors[0]
+    n = len(errors)
+    which = "the only image could not be read" if n == 1 else f"none of the {n} images could be read"
+    return (f"{which}, so nothing was written to {out} (first: {path}: {message}; "
+            f"all are listed in {_errors_path(out)}); expected image files PIL can open: check --images")
+
+
+def _count(n: int, word: str) -> str:
+    """``1 image``, ``2 images``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _progress(total: int, *, enabled: bool):

@@ -63,7 +63,7 @@ def find_corenlp_jars(spice_jar: Path, corenlp_dir: str | os.PathLike | None = N
     raise MetricUnavailable(METRIC, (
         f"SPICE needs Stanford CoreNLP 3.6.0, but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
         f"not in {directory} ({origin}). Get both jars from stanford-corenlp-full-2015-12-09.zip, then pass "
-        f"corenlp_dir=DIR or set {ENV_CORENLP_DIR}=DIR (a directory holding {CORENLP_JARS[0]} and "
+        f"--corenlp DIR (Python: corenlp_dir=DIR) or set {ENV_CORENLP_DIR}=DIR (a directory holding {CORENLP_JARS[0]} and "
         f"{CORENLP_JARS[1]}), or copy them into {spice_jar.parent / 'lib'}"))
 
 

@@ -13,6 +13,14 @@ from catcap.models.config import HistoryConfig, ModelConfig
 from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
 
 
+def check_parts(cfg: ModelConfig) -> None:
+    """The named encoder, decoder and cross attention are registered, and the ``model.history``
+    options suit the cross attention (at config time, before any data or weights)."""
+    ENCODERS.get(cfg.encoder)
+    DECODERS.get(cfg.decoder)
+    cross_attention_factory(cfg)
+
+
 def cross_attention_factory(cfg: ModelConfig):
     """A function making one cross-attention module of the configured variant per decoder
     layer, given the ``model.history`` options the variant takes; options it does not take

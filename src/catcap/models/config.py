@@ -47,7 +47,14 @@ class ModelConfig:
     history: HistoryConfig = field(default_factory=HistoryConfig)
 
     def __post_init__(self):
-        if self.d_model % self.num_heads:
-            from catcap.config import ConfigError
+        from catcap.config import ConfigError, check_at_least
 
+        check_at_least("model", self, {"feature_dim": 1, "d_model": 1, "num_heads": 1, "encoder_layers": 1,
+                                       "decoder_layers": 1, "d_ff": 1, "max_len": 2, "dropout": 0.0})
+        if self.dropout >= 1:
+            raise ConfigError(f"model.dropout must be < 1 (a probability), found {self.dropout!r}")
+        if self.d_model % self.num_heads:
             raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
+        from catcap.models.builders import check_parts
+
+        check_parts(self)

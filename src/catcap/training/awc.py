@@ -34,6 +34,11 @@ class AWCConfig:
     gamma: float = 0.5
     eps: float = 1e-8
 
+    def __post_init__(self):
+        from catcap.config import check_at_least
+
+        check_at_least("train.awc", self, {"beta": 0.0, "gamma": 0.0, "eps": 0.0})
+
 
 def stack_history_weights(extras: list[dict]) -> Tensor:
     """Per-layer decoder extras -> a (B, L, H, T) tensor of history weights ``a_t``."""

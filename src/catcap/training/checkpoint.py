@@ -63,14 +63,16 @@ def unflatten_tensors(tree: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: dict, vocab: dict,
-                    trainer: dict | None = None, features: dict | None = None) -> Path:
+                    trainer: dict | None = None, features: dict | None = None, workdir: str | None = None) -> Path:
     """Write a checkpoint directory atomically (replacing an existing one). ``features``: the
     training feature store's meta (which image encoder and preprocessing made the features),
-    kept in config.json so that the model can later caption raw images the same way."""
+    kept in config.json so that the model can later caption raw images the same way;
+    ``workdir``: the folder the run's relative data paths are relative to (its working folder)."""
     directory = Path(directory)
     with building_folder(directory) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-        _write_json(tmp / "config.json", {"format": FORMAT, "config": config, "features": features or {}})
+        _write_json(tmp / "config.json", {"format": FORMAT, "config": config, "features": features or {},
+                                          "workdir": workdir})
         _write_json(tmp / "vocab.json", vocab)
         if trainer is not None:
             tensors: dict[str, torch.Tensor] = {}
@@ -99,21 +101,33 @@ class CheckpointError(ValueError):
     """A directory that is not a readable catcap checkpoint."""
 
 
+def _not_a_checkpoint(directory: Path, missing: list[str]) -> str:
+    """What is wrong with ``directory``, and the checkpoint the user probably meant."""
+    if not directory.exists():
+        return f"no checkpoint at {directory}: the folder does not exist"
+    inside = [name for name in ("best", "last") if (directory / name / "config.json").is_file()]
+    if inside:
+        return (f"{directory} is a training run's folder, not a checkpoint; its checkpoints are "
+                + " and ".join(str(directory / name) for name in inside))
+    return f"{directory} is not a complete catcap checkpoint: missing {', '.join(missing)}"
+
+
 def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dict:
-    """Read a checkpoint: {"weights", "config", "vocab", "features"[, "trainer"]} (no pickle is
-    loaded); ``features`` is the feature store's meta ({} when not recorded)."""
+    """Read a checkpoint: {"weights", "config", "vocab", "features", "workdir"[, "trainer"]} (no
+    pickle is loaded); ``features`` is the feature store's meta ({} when not recorded),
+    ``workdir`` the training run's working folder (None when not recorded)."""
     directory = Path(directory)
     restore_aside(directory)  # a kill between the two renames of a save
     needed = ["model.safetensors", "config.json", "vocab.json"] + (["trainer.json", "trainer.safetensors"] if with_trainer else [])
     missing = [n for n in needed if not (directory / n).is_file()]
     if missing:
-        raise CheckpointError(f"{directory} is not a complete catcap checkpoint: missing {', '.join(missing)}")
+        raise CheckpointError(_not_a_checkpoint(directory, missing))
     meta = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{directory}/config.json: expected format {FORMAT}, found {meta.get('format')!r}")
     out = {"weights": load_file(str(directory / "model.safetensors")), "config": meta["config"],
            "vocab": json.loads((directory / "vocab.json").read_text(encoding="utf-8")),
-           "features": meta.get("features") or {}}
+           "features": meta.get("features") or {}, "workdir": meta.get("workdir")}
     if with_trainer:
         tensors = load_file(str(directory / "trainer.safetensors"))
         out["trainer"] = unflatten_tensors(json.loads((directory / "trainer.json").read_text(encoding="utf-8")), tensors)

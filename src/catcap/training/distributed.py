@@ -62,8 +62,9 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
         raise ConfigError(f"unknown device {name!r}: expected auto, cpu or cuda (e.g. --device cpu)")
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise ConfigError("train.device=cuda but no CUDA device is available; use --device cpu or auto "
-                              "(and a CUDA build of torch for GPUs: see the README, 'GPU install')")
+            raise ConfigError("the device is cuda (--device cuda or train.device=cuda) but no CUDA device is "
+                              "available; use --device cpu or auto (and, for GPUs, a CUDA build of torch: README, "
+                              "'Install', GPU users)")
         if local_rank >= torch.cuda.device_count():
             raise ConfigError(f"local rank {local_rank} has no GPU: {torch.cuda.device_count()} visible; "
                               "use --nproc_per_node <= the number of GPUs")

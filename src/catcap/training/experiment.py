@@ -57,6 +57,17 @@ class TrainConfig:
     accumulate: int = 1
     compile: bool = False
 
+    def __post_init__(self):
+        from catcap.config import check_at_least
+
+        check_at_least("train", self, {"epochs": 1, "batch_size": 1, "eval_batch_size": 1, "label_smoothing": 0.0,
+                                       "grad_clip": 0.0, "num_workers": 0, "save_every": 0, "max_steps": 0,
+                                       "log_every": 1, "val_max_len": 1, "val_beam": 1, "accumulate": 1})
+        if self.label_smoothing >= 1:
+            from catcap.config import ConfigError
+
+            raise ConfigError(f"train.label_smoothing must be < 1, found {self.label_smoothing!r}")
+
 
 @dataclass
 class ExperimentConfig:
@@ -69,10 +80,6 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self):
-        if self.train.accumulate < 1:
-            from catcap.config import ConfigError
-
-            raise ConfigError(f"train.accumulate must be >= 1 (micro-batches per step), found {self.train.accumulate}")
         if self.train.awc.enabled and self.model.cross_attention not in HISTORY_VARIANTS:
             from catcap.config import ConfigError
 

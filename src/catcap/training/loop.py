@@ -108,6 +108,55 @@ def _as_tuples(x):
     return tuple(_as_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
+FREE_ON_RESUME = ("model.dropout", "model.max_len")  # settings a resumed run may change
+
+
+def config_differences(saved: dict, now: dict, sections=("model",)) -> dict[str, tuple]:
+    """{dotted key: (checkpoint value, config value)} for every differing key of ``sections``."""
+    def flat(d, prefix):
+        for k, v in d.items():
+            yield from flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
+
+    out = {}
+    for section in sections:
+        old, new = saved, now
+        for part in section.split("."):
+            old, new = old.get(part, {}), new.get(part, {})
+        a, b = dict(flat(old, section + ".")), dict(flat(new, section + "."))
+        out.update({k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)})
+    return out
+
+
+def check_resumable(saved: dict, cfg: ExperimentConfig, source, log) -> None:
+    """``--resume`` continues the same model: refuse, before any data is read, a config whose
+    ``model.*`` or ``train.awc.enabled/mode`` differ from the checkpoint's (dropout and max_len
+    may change; that is logged)."""
+    diffs = config_differences(saved, to_dict(cfg), ("model", "train.awc"))
+    diffs = {k: v for k, v in diffs.items() if k.startswith("model.") or k in ("train.awc.enabled", "train.awc.mode")}
+    fatal = {k: v for k, v in diffs.items() if k not in FREE_ON_RESUME}
+    if fatal:
+        raise ValueError(f"--resume continues the model in {source}, but the config describes a different one: "
+                         + _list(fatal) + ". Resume with the checkpoint's settings (its config.json), or start "
+                         "a new run in another out_dir")
+    for key, (old, new) in diffs.items():
+        log(f"[catcap] resuming with {key} changed from {old!r} to {new!r}")
+
+
+def load_start_weights(model, start: dict, cfg: ExperimentConfig, source) -> None:
+    """``train.init_from``: load another run's weights, or say which settings make them not fit."""
+    try:
+        model.load_state_dict(start["weights"])
+    except RuntimeError as err:
+        diffs = config_differences(start["config"], to_dict(cfg))
+        why = _list(diffs) if diffs else str(err).splitlines()[0]
+        raise ValueError(f"train.init_from={source}: its weights do not fit the configured model ({why}); "
+                         "use the model settings of that checkpoint (its config.json) or another checkpoint") from None
+
+
+def _list(diffs: dict) -> str:
+    return "; ".join(f"{k} is {old!r} in the checkpoint, {new!r} in the config" for k, (old, new) in diffs.items())
+
+
 class Trainer:
     """One experiment's training run (see the module docstring for the guarantees)."""
 
@@ -119,12 +168,14 @@ class Trainer:
         self.device = self.dist.device
         resumed = load_checkpoint(self.out / "last", with_trainer=True) if resume and (self.out / "last").exists() else None
         start = resumed or (load_checkpoint(cfg.train.init_from) if cfg.train.init_from else None)
+        if resumed:
+            check_resumable(resumed["config"], cfg, self.out / "last", self.log)
         vocab = Vocab.from_dict(start["vocab"]) if start else None
         self.data = prepare_data(cfg, vocab)
         seed_everything(cfg.train.seed)
         self.model = make_model(cfg, self.data.vocab).to(self.device)
         if start is not None and not resumed:
-            self.model.load_state_dict(start["weights"])
+            load_start_weights(self.model, start, cfg, cfg.train.init_from)
             self.log(f"[catcap] weights and vocabulary from {cfg.train.init_from}")
         self._reward, self._train_images = None, None
         self.awc = make_awc(cfg)
@@ -142,11 +193,20 @@ class Trainer:
             self._restore(resumed)
         elif resume:
             self.log(f"[catcap] nothing to resume in {self.out}; starting a new run")
+        else:
+            self._warn_replacing()
         if self.dist.is_main:
             self._start_log(resumed is not None)
         self.engine = self._wrap()
         if self.dist.enabled:
             self.log(f"[catcap] {self.dist.world} processes ({self.device.type}); global batch {cfg.train.batch_size}")
+
+    def _warn_replacing(self) -> None:
+        """A new run in an out_dir with an earlier run's checkpoints replaces them as it saves: say so."""
+        earlier = [name for name in ("best", "last") if (self.out / name / "config.json").is_file()]
+        if earlier:
+            self.log(f"[catcap] {self.out} holds checkpoints of an earlier run ({', '.join(earlier)}); this new run "
+                     "replaces them as it saves (--resume continues that run instead; another out_dir keeps it)")
 
     def _wrap(self):
         """The module a step's forward goes through: :class:`Objective`, in DDP when distributed."""
@@ -198,7 +258,8 @@ class Trainer:
             if self.precision.state_dict():
                 trainer["precision"] = self.precision.state_dict()
             save_checkpoint(self.out / name, model=self.model, config=to_dict(self.cfg),
-                            vocab=self.data.vocab.to_dict(), trainer=trainer, features=dict(self.data.store.meta))
+                            vocab=self.data.vocab.to_dict(), trainer=trainer, features=dict(self.data.store.meta),
+                            workdir=str(Path.cwd()))
         barrier(self.dist)
 
     def _start_log(self, resumed: bool) -> None:

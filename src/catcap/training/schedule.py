@@ -24,6 +24,11 @@ class ScheduleConfig:
     gamma: float = 0.8
     every: int = 3
 
+    def __post_init__(self):
+        from catcap.config import check_at_least
+
+        check_at_least("train.schedule", self, {"warmup": 1, "factor": 0.0, "lr": 0.0, "gamma": 0.0, "every": 1})
+
 
 def learning_rate(cfg: ScheduleConfig, step: int, epoch: int, d_model: int) -> float:
     """Learning rate for optimizer step ``step`` (1-based) in epoch ``epoch`` (0-based)."""

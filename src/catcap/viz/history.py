@@ -74,8 +74,8 @@ def _split_records(dataset: str | Path, split: str):
 
 
 def _data_paths(captioner, dataset, features) -> tuple[str, str]:
-    dataset = str(dataset or captioner.config.data.dataset)
-    features = str(features or captioner.config.data.features)
+    dataset = str(dataset or (captioner.data_file("dataset") if captioner.config.data.dataset else ""))
+    features = str(features or (captioner.data_file("features") if captioner.config.data.features else ""))
     if not dataset or not features:
         raise ValueError("the checkpoint's config names no data.dataset / data.features; pass the Karpathy "
                          "file and the feature store explicitly (--dataset, --features)")
@@ -248,6 +248,7 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
     dataset, features = _data_paths(cap, dataset, features)
     records = _split_records(dataset, split)[:limit]
     store = open_feature_store(features)
+    cap.check_store(store)
     check_features(store, [r.key for r in records], cap.config.model.feature_dim)
     processors = _processors(cap.vocab)
     heads = cap.config.model.num_heads
@@ -341,18 +342,41 @@ def find_record(dataset: str | Path, key: str | None, split: str):
                      f"{split!r}: {', '.join(some)}); pass --image-id with one of its ids")
 
 
-def image_file(dataset: str | Path, record) -> Path | None:
-    """The image file of a record (``<dataset dir>/<filepath>/<filename>``) if it exists."""
-    path = Path(dataset).parent / str(record.extra.get("filepath", "")) / record.filename
-    return path if path.is_file() else None
+def image_folders(dataset: str | Path, images: str | Path | None = None) -> list[Path]:
+    """Where a dataset's photos may be, in order: ``images`` (``--images``), the dataset file's
+    folder, and the images folder ``catcap import`` recorded in the file (as given, then taken
+    from the dataset file's folder)."""
+    import json
+
+    dataset = Path(dataset)
+    folders = ([Path(images)] if images else []) + [dataset.parent]
+    try:
+        recorded = json.loads(dataset.read_text(encoding="utf-8")).get("catcap_import", {}).get("source", {}).get("images_dir")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded:
+        folders += [Path(recorded), dataset.parent / recorded]
+    return folders
+
+
+def image_file(record, folders: Sequence[Path]) -> Path | None:
+    """The record's photo: ``<folder>/<filepath>/<filename>`` or ``<folder>/<filename>`` in the
+    first folder that has it; None when none has."""
+    for folder in folders:
+        for path in (folder / str(record.extra.get("filepath", "")) / record.filename, folder / record.filename):
+            if record.filename and path.is_file():
+                return path
+    return None
 
 
 @torch.no_grad()
 def image_attention(checkpoint, image_id: str | int | None = None, *, split: str = "val", layer: int = -1,
                     max_len: int = 20, dataset: str | Path | None = None, features: str | Path | None = None,
-                    label: str | None = None, device: str = "auto") -> ImageAttention:
+                    label: str | None = None, device: str = "auto", images: str | Path | None = None) -> ImageAttention:
     """Greedy caption of one image (default: the first of ``split``) with, per output token,
-    the head-averaged final-pass attention of decoder layer ``layer`` over regions and history."""
+    the head-averaged final-pass attention of decoder layer ``layer`` over regions and history.
+    ``images``: a folder holding the photo (default: see :func:`image_folders`); without the
+    photo, ``image_path`` is None and the picture shows the regions as bars."""
     from catcap.data.features import check_features, open_feature_store
 
     cap = load_captioner(checkpoint, device)
@@ -361,6 +385,7 @@ def image_attention(checkpoint, image_id: str | int | None = None, *, split: str
     dataset, features = _data_paths(cap, dataset, features)
     rec = find_record(dataset, None if image_id is None else str(image_id), split)
     with open_feature_store(features) as store:
+        cap.check_store(store)
         check_features(store, [rec.key], cap.config.model.feature_dim)
         item = store.get(rec.key)
     feats = torch.from_numpy(item.regions)[None].to(cap.device)
@@ -378,7 +403,7 @@ def image_attention(checkpoint, image_id: str | int | None = None, *, split: str
         region_attention=None if trace.region is None else trace.region[0, :steps].cpu().numpy(),
         history_attention=[hist[s, : trace.entries[s]] for s in range(steps)],
         history_labels=[inputs[: trace.entries[s]] for s in range(steps)],
-        boxes=item.boxes, image_path=image_file(dataset, rec), references=list(rec.raw))
+        boxes=item.boxes, image_path=image_file(rec, image_folders(dataset, images)), references=list(rec.raw))
 
 
 def summary_positions(curve: HistoryCurve, positions: Sequence[int] = (1, 2, 5)) -> dict[str, float]:

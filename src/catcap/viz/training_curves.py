@@ -44,9 +44,11 @@ def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Pat
     fig = Figure(figsize=(9, 2.3 * panels), constrained_layout=True)
     FigureCanvasAgg(fig)
     axes = fig.subplots(panels, 1, sharex=False)
-    _line(axes[0], xe, "loss", "XE loss")
-    _line(axes[0], xe, "xe", "XE (without AWC)")
-    _line(axes[0], xe, "awc", "AWC term")
+    with_awc = any("awc" in r for r in xe)
+    _line(axes[0], xe, "loss", "XE + AWC loss" if with_awc else "XE loss")
+    if with_awc:  # without AWC the XE part is the loss itself: one line
+        _line(axes[0], xe, "xe", "XE part")
+        _line(axes[0], xe, "awc", "AWC term")
     _line(axes[0], scst, "loss", "SCST policy loss")
     axes[0].set_title("training loss per logged step")
     for phase, marker in (("xe", "o"), ("scst", "s")):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -79,11 +80,66 @@ def _entry(imgid: int, image_id: int, split: str, captions, qa, scene, rendering
     }
 
 
+# what a finished world folder may hold: synth's files, plus the CIDEr-D df cache that
+# `catcap train` / `catcap prepare` write next to the dataset JSON (recomputed when missing)
+WORLD_FILES = ("dataset_shapes.json", "features.h5", "world.json", "images/")
+_WORLD_EXTRA = re.compile(r"dataset_shapes\.[^/]+\.cider-df\.npz|\.dataset_shapes\.[^/]+\.cider-df\.npz\.[^/]+\.tmp")
+_IMAGE_NAME = re.compile(r"\d+\.png")
+
+
+def _is_world_info(path: Path) -> bool:
+    """``path`` is a world.json that make_world wrote (its generator is a shapes generator)."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and str(info.get("generator", "")).startswith("shapes-synthetic")
+
+
+def _foreign_entries(out: Path) -> tuple[bool, list[str]]:
+    """(whether ``out`` holds a shapes world, the entries that are not part of one)."""
+    marked, foreign = False, []
+    for entry in sorted(out.iterdir()):
+        name = entry.name
+        if name == "dataset_shapes.json" and entry.is_file() or name == "world.json" and _is_world_info(entry):
+            marked = True
+        elif name == "features.h5" and entry.is_file() or _WORLD_EXTRA.fullmatch(name) and entry.is_file():
+            pass
+        elif name == "images" and entry.is_dir() and not entry.is_symlink():
+            foreign += [f"images/{p.name}" for p in sorted(entry.iterdir())
+                        if not (_IMAGE_NAME.fullmatch(p.name) and p.is_file())]
+        else:
+            foreign.append(name + ("/" if entry.is_dir() else ""))
+    return marked, foreign
+
+
+def _listed(names: list[str], limit: int = 5) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 def _check_target(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` whose contents would be lost: a file, a non-empty folder without
+    ``overwrite``, and, even with ``overwrite``, a folder holding anything but a shapes world."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; choose another out_dir")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} is not empty; pass overwrite=True (CLI: --overwrite) to "
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    marked, foreign = _foreign_entries(out)
+    layout = f"a folder written by catcap synth ({', '.join(WORLD_FILES)})"
+    if not marked:
+        raise FileExistsError(
+            f"{out} is not empty and is not a shapes world: expected a new or empty folder, or "
+            f"{layout} to replace; found {_listed(sorted(p.name for p in out.iterdir()))}. "
+            "overwrite=True (CLI: --overwrite) replaces only a shapes world, never other files: choose a "
+            "new or empty out_dir (CLI: --out); nothing was changed")
+    if foreign:
+        raise FileExistsError(
+            f"{out} holds a shapes world plus files that are not part of one ({_listed(foreign)}); "
+            f"replacing the world would delete them, so it is refused. Move those files out of {out} "
+            "or choose another out_dir (CLI: --out); nothing was changed")
+    if not overwrite:
+        raise FileExistsError(f"{out} already holds a shapes world; pass overwrite=True (CLI: --overwrite) to "
                               "replace it, or choose another out_dir")
 
 
@@ -114,8 +170,10 @@ def make_world(out_dir: Union[str, os.PathLike], *, num_train: int = 3000, num_v
     """Generate a shapes world into ``out_dir``; the default (3000/250/250) is a CPU demo.
 
     Built in a temporary folder beside ``out_dir`` and renamed into place at the end, so an
-    interrupted run leaves no half world. A non-empty ``out_dir`` is refused unless
-    ``overwrite=True``. Same arguments -> byte-identical JSON, pixels and features.
+    interrupted run leaves no half world. A non-empty ``out_dir`` is refused unless it holds a
+    world (and nothing else: :data:`WORLD_FILES`, the CIDEr-D df cache) and ``overwrite=True``;
+    a folder with any other file is never replaced. Same arguments -> byte-identical JSON,
+    pixels and features.
     """
     sizes = {"train": num_train, "val": num_val, "test": num_test}
     for name, value in [*sizes.items(), ("image_size", image_size), ("feature_dim", feature_dim)]:
