@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bf16_decoding.py runs/flickr8k/transformer/best
 """
-import sys
+import argparse
 import time
 
 import torch
@@ -16,7 +16,10 @@ from catcap.training.precision import Precision
 from catcap.training.setup import make_model, prepare_data
 from catcap.training.validate import decode_split
 
-ck = load_checkpoint(sys.argv[1])
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("checkpoint", help="a checkpoint folder written by catcap train (e.g. runs/flickr8k/transformer/best)")
+args = parser.parse_args()
+ck = load_checkpoint(args.checkpoint)
 cfg = from_dict(ExperimentConfig, ck["config"])
 vocab = Vocab.from_dict(ck["vocab"])
 data = prepare_data(cfg, vocab)

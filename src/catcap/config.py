@@ -145,8 +145,12 @@ def _deep_copy(d):
 def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
     """Read a YAML config, merging its ``base:`` chain (later files win)."""
     path = Path(path)
+    if path.is_dir():
+        yamls = sorted(p.name for p in path.glob("*.yaml"))[:5]
+        raise ConfigError(f"config {path} is a folder; expected a YAML file"
+                          + (f", e.g. {path / yamls[0]} (it holds {', '.join(yamls)})" if yamls else ""))
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {path} (expected a YAML file, e.g. configs/experiments/demo.yaml)")
     if path.resolve() in _seen:
         raise ConfigError(f"config {path}: 'base' files form a cycle")
     try:

@@ -39,6 +39,7 @@ def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):
     assert all(0 <= r["metrics"]["CIDEr"] < 10 and "METEOR" in r["metrics"] for r in data["rows"])
     config = json.loads((out / "table5_2_ohc" / "best" / "config.json").read_text())["config"]
     assert config["model"]["history"]["strategy"] == "ohc" and config["model"]["d_model"] == 32
+    assert (out / "table5_2_ohc" / "training.png").read_bytes()[:4] == b"\x89PNG"  # each row's curves
     # a second call resumes finished rows instead of retraining or rescoring them
     again = subprocess.run([sys.executable, "-m", "catcap", "ablate", "--table", "5", "--out", str(out), "--beam", "2",
                             "--split", "val", *args], capture_output=True, text=True, timeout=600)

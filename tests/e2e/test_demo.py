@@ -18,6 +18,7 @@ def test_demo_small_world_beats_the_most_frequent_caption(tmp_path):
     assert model > 3 * baseline and model > 0.3, out
     assert "catcap:" in out and "reference:" in out
     assert (tmp_path / "demo" / "model" / "best" / "model.safetensors").exists()
+    assert (tmp_path / "demo" / "model" / "training.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_demo_compare_prints_one_table_for_three_models(tmp_path):

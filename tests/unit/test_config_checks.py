@@ -91,3 +91,9 @@ def test_overrides_may_follow_the_flags(capsys):
 def test_evaluate_and_compare_usage_errors_exit_2_with_a_message(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_folder_given_as_config_says_so_and_names_a_yaml_in_it(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: a\n")
+    with pytest.raises(ConfigError, match=r"is a folder; expected a YAML file, e\.g\. .*a\.yaml"):
+        load_config(ExperimentConfig, tmp_path)
