@@ -146,9 +146,19 @@ class Captioner:
         ``images`` (paths or PIL images; the checkpoint's image encoder makes their features).
 
         Returns one string per image, or a list of ``num_return_sequences`` strings per image.
+
+        Differences from Hugging Face ``generate`` (the names follow it where they exist):
+        ``max_length`` / ``min_length`` count *words* (``<eos>`` and ``<bos>`` not included, as the
+        captioning literature's "16 words"); ``length_penalty`` defaults to 0 (beam scores are
+        plain log-probability sums, HF's default is 1: ``sum / length ** length_penalty`` with
+        length = words + ``<eos>``); ``top_k`` defaults to 0 (off; HF: 50); sampling together with
+        beams (HF's beam-sample) is not offered.
         """
         if (features is None) == (images is None):
             raise ValueError("pass either features or images= to generate")
+        if do_sample and num_beams > 1:
+            raise ValueError(f"do_sample=True with num_beams={num_beams}: beam-sample decoding is not offered; "
+                             "use do_sample=True (n samples: num_return_sequences) or num_beams alone")
         if images is not None:
             features, feature_mask = self.image_features(images), None
         feats, mask = self._batch(features, feature_mask)

@@ -10,7 +10,7 @@ The notebook (``../shared/seeds/001_*``, see ``docs/teaching.md``) imports
 
 Data: :mod:`mml.build_data` writes the course's file layout from catcap data into the data
 directory (:func:`mml.paths.data_dir`: ``$MML_DATA_DIR``, else
-``$XDG_CACHE_HOME/catcap/mml/coco_captioning`` or ``~/.cache/catcap/mml/coco_captioning``).
+``mml/coco_captioning`` in catcap's cache folder: ``$CATCAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/catcap``, else ``~/.cache/catcap``).
 
 Dropout: the notebook's expected numbers were printed by PyTorch 1.x + MKL, whose dropout
 masks differ from today's. Importing ``mml`` turns on catcap's legacy-dropout switch

@@ -11,12 +11,13 @@ ENV_DATA_DIR = "MML_DATA_DIR"
 def data_dir() -> Path:
     """The course-layout data folder (not created here).
 
-    ``$MML_DATA_DIR`` when set, else ``$XDG_CACHE_HOME/catcap/mml/coco_captioning``, else
-    ``~/.cache/catcap/mml/coco_captioning``. Build it with ``python -m mml.build_data``.
+    ``$MML_DATA_DIR`` when set, else ``<catcap's cache>/mml/coco_captioning`` (catcap's cache:
+    ``$CATCAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/catcap``, else ``~/.cache/catcap``). Build it
+    with ``python -m mml.build_data``.
     """
+    from catcap.cache import cache_root
+
     explicit = os.environ.get(ENV_DATA_DIR)
     if explicit:
         return Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME")
-    root = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
-    return root / "catcap" / "mml" / "coco_captioning"
+    return cache_root() / "mml" / "coco_captioning"

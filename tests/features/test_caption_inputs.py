@@ -82,3 +82,11 @@ def test_a_store_of_another_width_gets_advice_for_a_trained_model(tmp_path):
     with pytest.raises(ValueError, match="holds 8-d features, but this model reads 1280-d features; a trained "
                                          "checkpoint reads only features of the width it was trained on"):
         api.caption(ckpt, ["a"], features=str(tmp_path / "narrow.h5"))
+
+
+def test_sampling_with_beams_is_refused_not_silently_plain_sampling(tmp_path):
+    cap = Captioner.from_pretrained(_checkpoint(tmp_path, _store(tmp_path / "f.h5", ["a"], "efficientnet-lite0")))
+    feats = [np.ones((4, 1280), np.float32)]
+    with pytest.raises(ValueError, match="do_sample=True with num_beams=5: beam-sample decoding is not offered"):
+        cap.generate(feats, do_sample=True, num_beams=5)
+    assert len(cap.generate(feats, do_sample=True, num_return_sequences=2, seed=0)[0]) == 2

@@ -68,3 +68,40 @@ def test_awc_needs_a_history_model(tmp_path):
         load_config(ExperimentConfig, None, ["train.awc.enabled=true"])
     cfg = load_config(ExperimentConfig, Path(__file__).resolve().parents[2] / "configs" / "models" / "cat.yaml")
     assert cfg.model.cross_attention == "caca" and cfg.train.awc.enabled and cfg.model.d_model == 512
+
+
+@pytest.mark.parametrize("cross", ["caca", "light_caca"])
+def test_a_captions_awc_term_does_not_depend_on_its_batch(cross):
+    """SPEC.md §3 averages over the caption's own steps (padding excluded): the step whose
+    input is <eos> predicts padding and must not count, so a short caption's term is the same
+    alone and next to a longer one (XE objective and SCST scoring pass)."""
+    from types import SimpleNamespace
+
+    from catcap.data.collate import pad_captions
+    from catcap.models.builders import build_captioner
+    from catcap.models.config import ModelConfig
+    from catcap.training.objective import Objective
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(cross_attention=cross, feature_dim=6, d_model=16, num_heads=2, encoder_layers=1,
+                      decoder_layers=2, d_ff=32, dropout=0.0)
+    objective = Objective(build_captioner(cfg, 12).eval(), AdaptiveWeightConstraint(2, 2, "fixed", 0.9), scst_awc=True)
+    feats, fmask = torch.randn(1, 4, 6), torch.ones(1, 4, dtype=torch.bool)
+    short, longer = torch.tensor([1, 5, 6, 2]), torch.tensor([1, 7, 8, 9, 10, 2])  # <bos> words <eos>
+
+    def xe_awc(caps):
+        c, m = pad_captions(caps)
+        n = len(caps)
+        batch = SimpleNamespace(features=feats.expand(n, -1, -1), feature_mask=fmask.expand(n, -1), captions=c,
+                                caption_mask=m)
+        return float(objective.xe(batch)["awc"])
+
+    def scst_awc(caps):  # generated tokens after <bos>, mask = words and <eos>
+        c, m = pad_captions(caps)
+        n = len(caps)
+        return float(objective.scst(feats.expand(n, -1, -1), fmask.expand(n, -1), c[:, 1:], m[:, 1:], 1)[4])
+
+    with torch.no_grad():
+        for awc_of in (xe_awc, scst_awc):
+            alone = [awc_of([short]), awc_of([longer])]
+            assert awc_of([short, longer]) == pytest.approx(sum(alone) / 2, rel=1e-5)

@@ -112,3 +112,34 @@ def test_document_frequencies_are_built_once_and_keyed_by_the_references(tmp_pat
     changed = [REFS[0], REFS[1], [["a", "yellow", "star"]]]
     _, other = cached_document_frequency(changed, dataset, "train", tmp_path / "out", log=messages.append)
     assert other != first and len(messages) == 2
+
+
+def test_an_eos_forced_at_max_len_is_no_choice_of_the_sampler():
+    """A caption cut at max_len gets its <eos> forced (probability 1 under the sampling rule):
+    no policy-gradient term for it, and it does not count as having ended by itself."""
+    from types import SimpleNamespace
+
+    from catcap.training.scst import chosen_mask, scst_loss
+
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)  # max_len 3: row 1 was cut
+    assert chosen_mask(mask, 3).tolist() == [[True, True, True, False], [True, True, True, False]]
+    assert chosen_mask(mask, 4) is mask
+    vocab = Vocab.build([[f"w{i}" for i in range(26)]], min_count=1)
+    model = tiny("caca")
+    assert len(vocab) == model.decoder.output.out_features
+    with torch.no_grad():
+        model.decoder.output.bias[vocab.eos_id] = -40.0  # never ends by itself
+    calls = iter([1.0, 0.0])  # samples rewarded 1, the greedy baseline 0: every advantage is 1
+
+    def reward(cands, refs, image_of):
+        return np.full(len(cands), next(calls))
+
+    batch = SimpleNamespace(features=torch.randn(2, 5, 12), feature_mask=torch.ones(2, 5, dtype=torch.bool),
+                            references=[[["w1"]], [["w2"]]])
+    model.eval()  # no dropout: the gradient below comes from the chosen tokens only
+    loss, record = scst_loss(model, batch, vocab, SCSTConfig(baseline="greedy", num_samples=2, max_len=4), reward)
+    model.eval()
+    loss.backward()
+    assert record["eos_fraction"] == 0.0 and record["length"] == 4.0
+    # with the forced <eos> in the sum, d loss / d bias[eos] would be about -1 (one term per caption)
+    assert abs(float(model.decoder.output.bias.grad[vocab.eos_id])) < 1e-6

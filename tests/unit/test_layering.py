@@ -1,5 +1,6 @@
 """The direction of dependencies (DESIGN.md): catcap.metrics imports nothing else of catcap but the
-leaf utility catcap.atomic (atomic file writes), which imports nothing of catcap at all."""
+leaf utilities catcap.atomic (atomic file writes) and catcap.cache (the cache folder), which
+import nothing of catcap at all."""
 
 import subprocess
 import sys
@@ -14,7 +15,7 @@ print("\\n".join(loaded))
 print("TORCH" if "torch" in sys.modules else "NO-TORCH")
 """
 
-LEAVES = {"catcap", "catcap.atomic"}  # below every layer: import nothing of catcap
+LEAVES = {"catcap", "catcap.atomic", "catcap.cache"}  # below every layer: import nothing of catcap
 
 
 def test_metrics_loads_nothing_else_of_catcap():
@@ -26,9 +27,10 @@ def test_metrics_loads_nothing_else_of_catcap():
 
 
 def test_leaf_utilities_import_nothing_of_catcap():
-    probe = "import sys, catcap.atomic; print(' '.join(sorted(m for m in sys.modules if m.startswith('catcap'))))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["catcap", "catcap.atomic"], out
+    for leaf in ("catcap.atomic", "catcap.cache"):
+        probe = f"import sys, {leaf}; print(' '.join(sorted(m for m in sys.modules if m.startswith('catcap'))))"
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+        assert out == ["catcap", leaf], out
 
 
 def test_metrics_does_not_import_torch():

@@ -28,7 +28,8 @@ dataset. The store records which, and continuing it the other way is refused (on
 holds an image twice under two keys).
 
 --backend onnx runs the same network through ONNX Runtime, several times faster on a CPU (the
-model is exported once into ~/.cache/catcap/onnx, or $CATCAP_CACHE_DIR/onnx, and checked against
+model is exported once into the onnx folder of catcap's cache ($CATCAP_CACHE_DIR, else
+$XDG_CACHE_HOME/catcap, else ~/.cache/catcap) and checked against
 PyTorch before the run; needs pip install "catcap[onnx]"). Both give the same features (~3e-5).
 
 An interrupted run is continued by running the same command again (images already in --out are

@@ -10,7 +10,7 @@ One step (the standard fairseq / Hugging Face scheme):
    ``max_len``; take the 2K best candidates of each image (over K beams x V tokens);
 2. ``<eos>`` candidates ranked among the first K go to the image's pool of finished
    hypotheses, scored ``sum log p / length ** length_penalty`` (length = words + ``<eos>``;
-   0 = raw sum, GNMT / HF style); the pool keeps the best K;
+   0 = raw sum; Hugging Face style, not GNMT's ((5 + len) / 6) ** alpha); the pool keeps the best K;
 3. the K best non-``<eos>`` candidates become the open beams
    (``state.reorder(image * K + source beam)``);
 4. an image is done when its pool is full and no open beam can beat the pool's worst score:
@@ -37,7 +37,7 @@ from catcap.decoding.processors import NEG_INF, DecodeOutput, Processor, apply_p
 
 
 def penalised(sums: Tensor, length: int, alpha: float) -> Tensor:
-    """GNMT/HF length normalisation ``sums / length ** alpha`` (alpha = 0: raw sum)."""
+    """Hugging Face-style length normalisation ``sums / length ** alpha`` (alpha = 0: raw sum)."""
     return sums if alpha == 0 else sums / float(length) ** alpha
 
 

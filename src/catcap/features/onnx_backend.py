@@ -6,7 +6,7 @@ Runtime, which is several times faster than eager PyTorch for these depthwise-co
 networks on a CPU (see ``benchmarks/results/extract.md``).
 
 - **Export cache**: ``<cache>/onnx/<encoder>-torch<version>-<hash>.onnx``, where ``<cache>`` is
-  ``$CATCAP_CACHE_DIR`` or ``~/.cache/catcap``, and the hash covers the folded weights; a new
+  catcap's cache folder (``$CATCAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/catcap``, else ``~/.cache/catcap``), and the hash covers the folded weights; a new
   torch release or other weights give a new file. Written atomically (a temporary file renamed).
   Exporting needs the packages ``onnx`` and ``onnxscript`` (``pip install "catcap[onnx]"``);
   running a cached file needs only ``onnxruntime``.
@@ -22,7 +22,6 @@ import hashlib
 import importlib.util
 import io
 import logging
-import os
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -38,9 +37,10 @@ ONNX_HELP = 'the ONNX path needs onnxruntime, onnx and onnxscript: pip install "
 
 
 def cache_dir() -> Path:
-    """Where exported models are kept: ``$CATCAP_CACHE_DIR/onnx`` or ``~/.cache/catcap/onnx``."""
-    root = os.environ.get("CATCAP_CACHE_DIR") or Path.home() / ".cache" / "catcap"
-    return Path(root) / "onnx"
+    """Where exported models are kept: ``<catcap's cache>/onnx`` (:func:`catcap.cache.cache_root`)."""
+    from catcap.cache import cache_root
+
+    return cache_root() / "onnx"
 
 
 class _GridNet(torch.nn.Module):

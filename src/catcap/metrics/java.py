@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Hashable, Mapping, Sequence
 
+from catcap.cache import cache_root
 from catcap.metrics.errors import MetricInputError, MetricUnavailable
 
 ENV_JAVA = "CATCAP_JAVA"
@@ -148,10 +149,8 @@ def find_jar(metric: str, env_var: str, relpath: str) -> Path:
 
 
 def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/catcap`` or ``~/.cache/catcap`` (not created here)."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
-    return root / "catcap"
+    """catcap's cache folder (:func:`catcap.cache.cache_root`; not created here)."""
+    return cache_root()
 
 
 def build_jar(metric: str, javac: str, sources: Sequence[Path], resources: Mapping[str, str],
@@ -174,7 +173,7 @@ def build_jar(metric: str, javac: str, sources: Sequence[Path], resources: Mappi
         _compile_and_pack(metric, javac, sources, resources, directory, target, release)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise MetricUnavailable(metric, f"could not build {target}: {err}; make the directory writable "
-                                        "(or point XDG_CACHE_HOME elsewhere)") from err
+                                        "(or point CATCAP_CACHE_DIR elsewhere)") from err
     return target
 
 

@@ -45,7 +45,9 @@ class Objective(nn.Module):
         """Token-mean XE of a caption batch (and caption-mean AWC); ``history_weight`` for the log."""
         model = self.model if self._compiled is None else self._compiled
         logits, extras = model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
-        query_mask = batch.caption_mask[:, :-1]
+        # a_t of the steps that predict a real token (words and <eos>): the step whose input is
+        # <eos> predicts padding and is not part of the caption (SPEC.md §3: padding excluded)
+        query_mask = batch.caption_mask[:, 1:]
         out = {"xe": cross_entropy(logits, batch.captions[:, 1:], batch.caption_mask[:, 1:], label_smoothing),
                **history_stats(extras, query_mask)}
         if self.awc is not None:
@@ -54,7 +56,7 @@ class Objective(nn.Module):
 
     def scst(self, features: Tensor, feature_mask: Tensor, tokens: Tensor, mask: Tensor, n: int):
         lp, entropy, extras, input_mask = sequence_log_probs(self.model, features, feature_mask, tokens, mask, n)
-        awc_value = self.awc(extras, input_mask) if (self.awc is not None and self.scst_awc) else None
+        awc_value = self.awc(extras, mask) if (self.awc is not None and self.scst_awc) else None
         return lp, entropy, extras, input_mask, awc_value
 
 

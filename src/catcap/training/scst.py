@@ -14,7 +14,8 @@ One SCST step on a batch of B images:
    gradients (train mode; the encoder runs once per image; positions after ``<eos>`` masked),
    instead of keeping the autoregressive graph of the sampling loop.
 5. **Loss** ``-(1/R) sum_r (reward_r - baseline_r) * sum_t log p(w_rt)`` over the R = B * n
-   captions (policy gradient with a baseline; the sum runs over words and ``<eos>``).
+   captions (policy gradient with a baseline; the sum runs over words and ``<eos>``, except an
+   ``<eos>`` forced at ``max_len``, which the sampler did not choose: :func:`chosen_mask`).
 
 Legend: B images, n captions per image, R = B * n, T steps, V vocabulary.
 """
@@ -126,6 +127,17 @@ def scst_processors(vocab) -> tuple:
     return caption_processors(vocab)
 
 
+def chosen_mask(mask: Tensor, max_len: int) -> Tensor:
+    """The tokens the sampler chose: ``mask`` (R, T) without the ``<eos>`` forced at step
+    ``max_len`` on captions that reached it. That token had probability 1 under the sampling
+    rule, so it has no score-function term (self-critical.pytorch likewise leaves it out)."""
+    if mask.shape[1] <= max_len:
+        return mask
+    chosen = mask.clone()
+    chosen[:, max_len] = False
+    return chosen
+
+
 def policy_loss(token_log_probs: Tensor, advantage: Tensor) -> Tensor:
     """-(1/R) sum_r A_r sum_t log p_rt: token_log_probs (R, T) (0 where masked), advantage (R,)."""
     return -(advantage * token_log_probs.sum(dim=1)).mean()
@@ -153,23 +165,25 @@ def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None, score=N
                                               np.arange(b)), dtype=np.float64)
     base, adv = advantages(rewards, cfg.baseline, greedy_rewards)
     model.train()
+    chosen = chosen_mask(out.mask, cfg.max_len)
     if score is None:
-        token_lp, entropy, extras, input_mask = sequence_log_probs(model, batch.features, batch.feature_mask,
-                                                                   out.tokens, out.mask, n)
-        awc_value = awc(extras, input_mask) if awc is not None else None
+        token_lp, entropy, extras, _ = sequence_log_probs(model, batch.features, batch.feature_mask,
+                                                          out.tokens, chosen, n)
+        awc_value = awc(extras, chosen) if awc is not None else None
     else:
-        token_lp, entropy, extras, input_mask, awc_value = score(batch.features, batch.feature_mask,
-                                                                 out.tokens, out.mask, n)
+        token_lp, entropy, extras, _, awc_value = score(batch.features, batch.feature_mask, out.tokens, chosen, n)
     advantage = torch.as_tensor(adv.reshape(-1), dtype=token_lp.dtype, device=token_lp.device)
     loss = policy_loss(token_lp, advantage)
     if awc_value is not None:
         loss = loss + awc_value
-    ended = out.tokens.gather(1, (out.lengths - 1).clamp(min=0)[:, None])[:, 0] == vocab.eos_id
+    # ended by choice: <eos> drawn before max_len (at max_len it is forced, see chosen_mask)
+    ended = (out.tokens.gather(1, (out.lengths - 1).clamp(min=0)[:, None])[:, 0] == vocab.eos_id) \
+        & (out.lengths <= cfg.max_len)
     record = {
         "reward": float(rewards.mean()), "baseline": float(base.mean()), "advantage": float(adv.mean()),
         "advantage_std": float(adv.std()), "eos_fraction": float(ended.float().mean()),
         "length": float(np.mean([len(w) for w in words])),
-        "entropy": float(entropy.sum() / out.mask.sum().clamp(min=1)),
+        "entropy": float(entropy.sum() / chosen.sum().clamp(min=1)),
     }
     if greedy_rewards is not None:
         record["greedy_reward"] = float(greedy_rewards.mean())
