@@ -48,7 +48,7 @@ def run_ablation(table: str, overrides: Sequence[str] = (), *, out_root: str | P
                  beam: int = 5, log=print) -> list[dict]:
     """Train and evaluate every row of table ``table``; returns the rows (label, metrics, paper)."""
     from catcap.training.loop import Trainer
-    from catcap.viz.training_curves import plot_training_log
+    from catcap.viz.training_curves import plot_if_logged
 
     root = Path(out_root or f"runs/ablations/table{table}")
     configs = plan(table, overrides, root)
@@ -56,7 +56,7 @@ def run_ablation(table: str, overrides: Sequence[str] = (), *, out_root: str | P
     for i, (stem, cfg) in enumerate(configs.items()):
         log(f"[catcap] table {table}, row {i + 1}/{len(configs)}: {cfg.name} -> {cfg.out_dir}")
         Trainer(cfg, resume=True, log=log).fit()
-        plot_training_log(cfg.out_dir)  # <row out_dir>/training.png, as `catcap train` draws it
+        plot_if_logged(cfg.out_dir)  # <row out_dir>/training.png, as `catcap train` draws it
         chosen = Path(cfg.out_dir) / "best"
         if not (chosen / "model.safetensors").exists():  # stopped by train.max_steps before any validation
             chosen = Path(cfg.out_dir) / "last"

@@ -156,26 +156,32 @@ def analyze_history(checkpoints, out_dir, **kwargs):
     return run(checkpoints, out_dir, **kwargs)
 
 
-def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50) -> list[dict]:
-    """COCO-format results for ``records``: [{"image_id", "caption"}]."""
+def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50,
+                    progress: bool = True) -> list[dict]:
+    """COCO-format results for ``records``: [{"image_id", "caption"}] (a progress bar with rate
+    and ETA, in images)."""
     import torch
 
     from catcap.data.collate import pad_regions
+    from catcap.progress import progress_bar
 
     results = []
+    bar = progress_bar(total=len(records), desc=f"caption (beam {beam})", unit="img", enabled=progress)
     for i in range(0, len(records), batch_size):
         chunk = records[i:i + batch_size]
         regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
         feats, mask, _ = pad_regions(regions, [None] * len(regions))
         texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len)
         results += [{"image_id": r.image_id, "caption": t} for r, t in zip(chunk, texts)]
+        bar.update(len(chunk))
+    bar.close()
     return results
 
 
 def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: int = 5, max_len: int = 20,
                         metrics=None, dataset: str | None = None, features: str | None = None,
                         save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
-                        device: str = "auto"):
+                        device: str = "auto", progress: bool = True):
     """Caption a split with a trained model and score it like a COCO result file.
 
     Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
@@ -194,7 +200,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     store = open_feature_store(features)
     cap.check_store(store)
     validate_dataset(records, store, cap.config.model.feature_dim)
-    results = _decode_records(cap, records, store, beam=beam, max_len=max_len)
+    results = _decode_records(cap, records, store, beam=beam, max_len=max_len, progress=progress)
     if save_results:
         write_json_atomic(save_results, results)
     refs = {r.image_id: r.raw for r in records}

@@ -29,6 +29,16 @@ from catcap.training.setup import make_model
 BAD_ENDINGS = ("a", "an", "the", "of", "with", "on", "in", "and", "to", "at", "for", "its", "his", "her")
 
 
+def _check_generate_args(num_beams: int, min_length: int, max_length: int, num_return_sequences: int) -> None:
+    """Contradictory or out-of-range ``generate`` arguments, named as the caller wrote them."""
+    if num_beams < 1:
+        raise ValueError(f"num_beams must be >= 1 (1 = greedy), got {num_beams}")
+    if num_return_sequences < 1:
+        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+    if min_length > max_length:
+        raise ValueError(f"min_length ({min_length} words) is larger than max_length ({max_length} words)")
+
+
 class Captioner:
     """A captioning model ready to caption features (B images, N regions, F width)."""
 
@@ -156,6 +166,7 @@ class Captioner:
         """
         if (features is None) == (images is None):
             raise ValueError("pass either features or images= to generate")
+        _check_generate_args(num_beams, min_length, max_length, num_return_sequences)
         if do_sample and num_beams > 1:
             raise ValueError(f"do_sample=True with num_beams={num_beams}: beam-sample decoding is not offered; "
                              "use do_sample=True (n samples: num_return_sequences) or num_beams alone")

@@ -28,7 +28,7 @@ from catcap.data.synthetic import make_world
 from catcap.metrics.evaluate import evaluate_tokenized
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.loop import Trainer
-from catcap.viz.training_curves import plot_training_log
+from catcap.viz.training_curves import plot_if_logged
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "demo.yaml"
 
@@ -84,7 +84,9 @@ def _flatten(prefix: str, value) -> list[str]:
 def train_and_score(cfg: ExperimentConfig, beam: int, log) -> tuple:
     """Train one model, caption the test split; -> (evaluation, ids, candidates)."""
     Trainer(cfg, log=log).fit()
-    log(f"[catcap] training curves: {plot_training_log(cfg.out_dir)}")
+    plot = plot_if_logged(cfg.out_dir)
+    if plot:
+        log(f"[catcap] training curves: {plot}")
     captioner = Captioner.from_pretrained(Path(cfg.out_dir) / "best")
     test = load_karpathy(cfg.data.dataset, [cfg.data.test_split])[cfg.data.test_split]
     dataset = ImageDataset(test, open_feature_store(cfg.data.features), captioner.vocab)

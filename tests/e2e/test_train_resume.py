@@ -115,3 +115,29 @@ def test_init_from_a_checkpoint_of_another_size_names_the_settings(tiny_world, t
                                                            "train.init_from": tmp_path / "xe" / "last"})
     with pytest.raises(ValueError, match=r"its weights do not fit .*model\.d_ff is 64 in the checkpoint, 48 in the config"):
         api.train(None, other, log=lambda m: None)
+
+
+def test_a_run_too_short_to_log_or_validate_ends_cleanly(tiny_world, tiny_overrides, tmp_path):
+    args = tiny_overrides(tiny_world, tmp_path / "run", **{"train.max_steps": 2, "train.log_every": 20})
+    proc = run_train(args)
+    output = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, output
+    assert "done: 2 steps, no validation ran" in output and "nothing logged yet" in output
+    assert (tmp_path / "run" / "last" / "model.safetensors").exists()
+
+
+def test_init_from_and_the_switch_to_scst_keep_the_learned_awc_betas(tiny_world, tiny_overrides, tmp_path):
+    from catcap import api
+
+    cat = {"model.cross_attention": "caca", "train.awc.enabled": "true", "train.epochs": 1}
+    api.train(None, tiny_overrides(tiny_world, tmp_path / "xe", **cat), log=lambda m: None)
+    learned = load_checkpoint(tmp_path / "xe" / "best", with_trainer=True)["trainer"]["awc"]["beta"]
+    assert not torch.allclose(learned, torch.full_like(learned, 0.5))
+    logs = []
+    api.train(None, tiny_overrides(tiny_world, tmp_path / "ft", **{**cat, "train.max_steps": 1,
+                                                                   "train.init_from": tmp_path / "xe" / "best",
+                                                                   "train.schedule.name": "constant",
+                                                                   "train.schedule.lr": 0.0}), log=logs.append)
+    assert any("AWC betas from" in m for m in logs)
+    started = load_checkpoint(tmp_path / "ft" / "last", with_trainer=True)["trainer"]["awc"]["beta"]
+    torch.testing.assert_close(started, learned)  # lr 0: the loaded betas are what the run holds

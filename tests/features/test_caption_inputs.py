@@ -90,3 +90,14 @@ def test_sampling_with_beams_is_refused_not_silently_plain_sampling(tmp_path):
     with pytest.raises(ValueError, match="do_sample=True with num_beams=5: beam-sample decoding is not offered"):
         cap.generate(feats, do_sample=True, num_beams=5)
     assert len(cap.generate(feats, do_sample=True, num_return_sequences=2, seed=0)[0]) == 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_beams": 0}, "num_beams must be >= 1"),
+    ({"num_return_sequences": 0, "num_beams": 2}, "num_return_sequences must be >= 1"),
+    ({"min_length": 8, "max_length": 3}, r"min_length \(8 words\) is larger than max_length \(3 words\)"),
+])
+def test_generate_names_contradictory_arguments(tmp_path, kwargs, message):
+    cap = Captioner.from_pretrained(_checkpoint(tmp_path, _store(tmp_path / "f.h5", ["a"], "efficientnet-lite0")))
+    with pytest.raises(ValueError, match=message):
+        cap.generate([np.ones((4, 1280), np.float32)], **kwargs)

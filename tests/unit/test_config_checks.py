@@ -97,3 +97,8 @@ def test_a_folder_given_as_config_says_so_and_names_a_yaml_in_it(tmp_path):
     (tmp_path / "a.yaml").write_text("name: a\n")
     with pytest.raises(ConfigError, match=r"is a folder; expected a YAML file, e\.g\. .*a\.yaml"):
         load_config(ExperimentConfig, tmp_path)
+
+
+def test_more_micro_batches_than_captions_is_refused():
+    with pytest.raises(ConfigError, match=r"train.accumulate \(64 micro-batches\) is larger than train.batch_size \(50\)"):
+        load_config(ExperimentConfig, None, ["train.accumulate=64"])

@@ -90,7 +90,8 @@ def cmd_evaluate(args) -> int:
         ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=5 if args.beam is None else args.beam,
                                         metrics=args.metrics, dataset=args.refs, features=args.features,
                                         save_results=args.save_results, corenlp_dir=args.corenlp,
-                                        log=log_to_stderr(args.quiet), device=args.device or "auto")
+                                        log=log_to_stderr(args.quiet), device=args.device or "auto",
+                                        progress=not args.quiet)
         print_table(ev)
         _write_scores(ev, args.output)
         return 0

@@ -226,9 +226,14 @@ def cmd_train(args) -> int:
     pos = api.train(args.config, overrides, resume=args.resume)
     if not is_main_process():  # under torchrun, rank 0 reports
         return 0
-    print(f"done: {pos.step} steps, best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})")
-    out_dir = api.load_experiment(args.config, overrides).out_dir
-    print(f"training curves: {api.plot_training(out_dir)}")
+    best = (f"best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})" if pos.best_epoch > 0
+            else "no validation ran (train.max_steps ended the run inside the first epoch)")
+    print(f"done: {pos.step} steps, {best}")
+    from catcap.viz.training_curves import plot_if_logged
+
+    plot = plot_if_logged(api.load_experiment(args.config, overrides).out_dir)
+    print(f"training curves: {plot}" if plot else "training curves: nothing logged yet (train.log_every is "
+          "larger than the steps run), no plot")
     return 0
 
 

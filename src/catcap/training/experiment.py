@@ -63,10 +63,14 @@ class TrainConfig:
         check_at_least("train", self, {"epochs": 1, "batch_size": 1, "eval_batch_size": 1, "label_smoothing": 0.0,
                                        "grad_clip": 0.0, "num_workers": 0, "save_every": 0, "max_steps": 0,
                                        "log_every": 1, "val_max_len": 1, "val_beam": 1, "accumulate": 1})
-        if self.label_smoothing >= 1:
-            from catcap.config import ConfigError
+        from catcap.config import ConfigError
 
+        if self.label_smoothing >= 1:
             raise ConfigError(f"train.label_smoothing must be < 1, found {self.label_smoothing!r}")
+        if self.accumulate > self.batch_size:
+            raise ConfigError(f"train.accumulate ({self.accumulate} micro-batches) is larger than train.batch_size "
+                              f"({self.batch_size}): every micro-batch needs at least one caption; use "
+                              "train.accumulate <= train.batch_size")
 
 
 @dataclass

@@ -166,6 +166,10 @@ class Trainer:
         self.log = log if self.dist.is_main else _quiet
         self.out = Path(cfg.out_dir)
         self.device = self.dist.device
+        if self.dist.world * cfg.train.accumulate > cfg.train.batch_size:
+            raise ValueError(f"{self.dist.world} processes x train.accumulate={cfg.train.accumulate} micro-batches "
+                             f"is more than train.batch_size={cfg.train.batch_size} captions: every micro-batch needs "
+                             "one; raise train.batch_size or lower train.accumulate / the process count")
         resumed = load_checkpoint(self.out / "last", with_trainer=True) if resume and (self.out / "last").exists() else None
         start = resumed or (load_checkpoint(cfg.train.init_from) if cfg.train.init_from else None)
         if resumed:
@@ -181,6 +185,8 @@ class Trainer:
         self.awc = make_awc(cfg)
         if self.awc is not None:
             self.awc.to(self.device)
+            if start is not None and not resumed:
+                self._load_betas(cfg.train.init_from)
         self.objective = Objective(self.model, self.awc, cfg.train.scst.keep_awc)
         if cfg.train.compile:
             self.objective.compile_forward()
@@ -200,6 +206,20 @@ class Trainer:
         self.engine = self._wrap()
         if self.dist.enabled:
             self.log(f"[catcap] {self.dist.world} processes ({self.device.type}); global batch {cfg.train.batch_size}")
+
+    def _load_betas(self, checkpoint) -> None:
+        """Adaptive AWC: the betas learned with ``checkpoint``'s weights, when it has betas of this
+        shape; else (and for fixed AWC) the configured beta stays."""
+        folder = Path(checkpoint)
+        if not isinstance(self.awc.beta, torch.nn.Parameter) or not (folder / "trainer.json").is_file():
+            return  # fixed AWC keeps its configured beta
+        saved = load_checkpoint(folder, with_trainer=True)["trainer"].get("awc")
+        if saved is None or {k: tuple(v.shape) for k, v in saved.items()} != \
+                {k: tuple(v.shape) for k, v in self.awc.state_dict().items()}:
+            self.log(f"[catcap] {folder} holds no AWC betas of this shape; AWC starts from train.awc.beta")
+            return
+        self.awc.load_state_dict(saved)
+        self.log(f"[catcap] AWC betas from {folder}")
 
     def _warn_replacing(self) -> None:
         """A new run in an out_dir with an earlier run's checkpoints replaces them as it saves: say so."""
@@ -440,6 +460,8 @@ class Trainer:
         t, pos = self.cfg.train, self.pos
         if pos.phase == "xe" and t.objective == "xe_then_scst" and pos.stale_epochs >= t.scst.switch_patience:
             self.model.load_state_dict(load_checkpoint(self.out / "best")["weights"])
+            if self.awc is not None:
+                self._load_betas(self.out / "best")
             pos.phase, pos.stale_epochs = "scst", 0
             self.optimizer = self._make_optimizer()
             self.engine = self._wrap()

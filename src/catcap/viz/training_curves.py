@@ -26,6 +26,15 @@ def read_log(path: str | Path) -> tuple[list[dict], list[dict]]:
     return train, val
 
 
+def plot_if_logged(run_dir) -> Path | None:
+    """``run_dir/training.png`` after a run, or None when the run logged nothing to draw (e.g.
+    ``train.max_steps`` below ``train.log_every`` and no validation): a short run is no error."""
+    log = Path(run_dir) / "log.jsonl"
+    if not log.exists() or not any(read_log(log)):
+        return None
+    return plot_training_log(run_dir)
+
+
 def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Plot ``run_dir/log.jsonl`` into ``out`` (default ``run_dir/training.png``)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
