@@ -135,16 +135,28 @@ class Captioner:
         return [g.float().cpu().numpy() for g in grid]
 
     def _batch(self, features, feature_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, N, F) features and (B, N) bool mask, True = real region; a list of (N_i, F) arrays
+        is padded here (its lengths are the mask, so a ``feature_mask`` with it is refused)."""
         if isinstance(features, (list, tuple)):
+            if feature_mask is not None:
+                raise ValueError("feature_mask goes with a (B, N, F) tensor; a list of (N_i, F) arrays is "
+                                 "padded by its own lengths: drop the feature_mask or trim each array")
             regions = [torch.as_tensor(np.asarray(f), dtype=torch.float32) for f in features]
             features, feature_mask, _ = pad_regions(regions, [None] * len(regions))
         features = torch.as_tensor(features, dtype=torch.float32)
         if feature_mask is None:
             feature_mask = torch.ones(features.shape[:2], dtype=torch.bool)
+        feature_mask = torch.as_tensor(feature_mask, dtype=torch.bool)
         if features.shape[-1] != self.config.model.feature_dim:
             raise ValueError(f"features are {features.shape[-1]}-d but this model expects "
                              f"{self.config.model.feature_dim}-d features ({self.config.data.features or 'its training features'})")
-        return features.to(self.device), torch.as_tensor(feature_mask, dtype=torch.bool).to(self.device)
+        if feature_mask.shape != features.shape[:2]:
+            raise ValueError(f"feature_mask must be (B, N) = {tuple(features.shape[:2])}, got {tuple(feature_mask.shape)}")
+        empty = (~feature_mask.any(dim=1)).nonzero()[:, 0].tolist()
+        if empty:
+            raise ValueError(f"image(s) {empty[:5]} of the batch have no real region (their feature_mask rows are all "
+                             "False): every image needs at least one region")
+        return features.to(self.device), feature_mask.to(self.device)
 
     @torch.no_grad()
     def generate(self, features=None, feature_mask=None, *, images=None, num_beams: int = 1, max_length: int = 16,

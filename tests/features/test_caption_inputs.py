@@ -101,3 +101,17 @@ def test_generate_names_contradictory_arguments(tmp_path, kwargs, message):
     cap = Captioner.from_pretrained(_checkpoint(tmp_path, _store(tmp_path / "f.h5", ["a"], "efficientnet-lite0")))
     with pytest.raises(ValueError, match=message):
         cap.generate([np.ones((4, 1280), np.float32)], **kwargs)
+
+
+def test_generate_refuses_masks_it_would_ignore_or_that_leave_an_image_empty(tmp_path):
+    cap = Captioner.from_pretrained(_checkpoint(tmp_path, _store(tmp_path / "f.h5", ["a"], "efficientnet-lite0")))
+    feats = torch.ones(2, 4, 1280)
+    with pytest.raises(ValueError, match="feature_mask goes with a"):
+        cap.generate([np.ones((4, 1280), np.float32)], torch.ones(1, 4, dtype=torch.bool))
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    mask[1] = False
+    with pytest.raises(ValueError, match=r"image\(s\) \[1\] of the batch have no real region"):
+        cap.generate(feats, mask)
+    with pytest.raises(ValueError, match=r"feature_mask must be \(B, N\) = \(2, 4\), got \(2, 3\)"):
+        cap.generate(feats, torch.ones(2, 3, dtype=torch.bool))
+    assert len(cap.generate(feats, torch.ones(2, 4, dtype=torch.bool))) == 2
