@@ -86,7 +86,7 @@ def check_experiment_data(cfg) -> list[str]:
                 "a Karpathy JSON and a feature store)"]
     if cfg.train.init_from:
         from catcap.data.vocab import Vocab
-        from catcap.training.loop import load_start_weights
+        from catcap.training.starting import load_start_weights
         from catcap.training.setup import make_model
 
         start = load_checkpoint(cfg.train.init_from)

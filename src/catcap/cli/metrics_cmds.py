@@ -82,10 +82,10 @@ def cmd_evaluate(args) -> int:
     checkpoint_only = [flag for flag, value in (("--beam", args.beam), ("--device", args.device),
                        ("--save-results", args.save_results), ("--features", args.features)) if value is not None]
     if args.checkpoint and (args.results or args.example):
-        return _usage_error("evaluate", "give --checkpoint (caption a split, then score it) or --results/--example "
-                            "(score captions you have), not both")
+        raise ValueError("give --checkpoint (caption a split, then score it) or --results/--example "
+                         "(score captions you have), not both")
     if checkpoint_only and not args.checkpoint:
-        return _usage_error("evaluate", f"{', '.join(checkpoint_only)} only apply with --checkpoint")
+        raise ValueError(f"{', '.join(checkpoint_only)} only apply with --checkpoint")
     if args.checkpoint:
         ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=5 if args.beam is None else args.beam,
                                         metrics=args.metrics, dataset=args.refs, features=args.features,
@@ -100,8 +100,8 @@ def cmd_evaluate(args) -> int:
     elif args.results and args.refs:
         results, refs = args.results, args.refs
     else:
-        return _usage_error("evaluate", "give --results and --refs (or --example, or --checkpoint); "
-                            "see catcap evaluate --help")
+        raise ValueError("give --results and --refs (or --example, or --checkpoint); "
+                         "see catcap evaluate --help")
     ev = api.evaluate(results, refs, split=args.split, metrics=args.metrics, corenlp_dir=args.corenlp,
                       log=log_to_stderr(args.quiet))
     print_table(ev)
@@ -117,18 +117,13 @@ def _write_scores(ev, output) -> None:
         print(f"scores written to {output}", file=sys.stderr)
 
 
-def _usage_error(command: str, message: str) -> int:
-    print(f"catcap {command}: error: {message}", file=sys.stderr)
-    return 2
-
-
 def cmd_compare(args) -> int:
     from catcap import api
     from catcap.metrics.bootstrap import format_comparison
 
     if not args.refs:
-        return _usage_error("compare", "give --refs (the references both result files are scored against); "
-                            "see catcap compare --help")
+        raise ValueError("give --refs (the references both result files are scored against); "
+                         "see catcap compare --help")
     rows = api.compare(args.a, args.b, args.refs, split=args.split, metrics=args.metrics, resamples=args.resamples,
                        seed=args.seed, corenlp_dir=args.corenlp, log=log_to_stderr(False))
     print(format_comparison(rows, "A", "B"))

@@ -129,6 +129,13 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
            "vocab": json.loads((directory / "vocab.json").read_text(encoding="utf-8")),
            "features": meta.get("features") or {}, "workdir": meta.get("workdir")}
     if with_trainer:
-        tensors = load_file(str(directory / "trainer.safetensors"))
-        out["trainer"] = unflatten_tensors(json.loads((directory / "trainer.json").read_text(encoding="utf-8")), tensors)
+        out["trainer"] = load_trainer_state(directory)
     return out
+
+
+def load_trainer_state(directory: str | Path) -> dict:
+    """The trainer part of a checkpoint alone (optimizer, position, RNG, AWC betas), without
+    reading the model weights; the files must exist (:func:`load_checkpoint` checks them)."""
+    directory = Path(directory)
+    tensors = load_file(str(directory / "trainer.safetensors"))
+    return unflatten_tensors(json.loads((directory / "trainer.json").read_text(encoding="utf-8")), tensors)

@@ -52,6 +52,7 @@ from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
 from catcap.training.scst import scst_loss
 from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything
+from catcap.training.starting import check_resumable, load_awc_betas, load_start_weights
 from catcap.training.validate import validate
 
 
@@ -108,55 +109,6 @@ def _as_tuples(x):
     return tuple(_as_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
-FREE_ON_RESUME = ("model.dropout", "model.max_len")  # settings a resumed run may change
-
-
-def config_differences(saved: dict, now: dict, sections=("model",)) -> dict[str, tuple]:
-    """{dotted key: (checkpoint value, config value)} for every differing key of ``sections``."""
-    def flat(d, prefix):
-        for k, v in d.items():
-            yield from flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
-
-    out = {}
-    for section in sections:
-        old, new = saved, now
-        for part in section.split("."):
-            old, new = old.get(part, {}), new.get(part, {})
-        a, b = dict(flat(old, section + ".")), dict(flat(new, section + "."))
-        out.update({k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)})
-    return out
-
-
-def check_resumable(saved: dict, cfg: ExperimentConfig, source, log) -> None:
-    """``--resume`` continues the same model: refuse, before any data is read, a config whose
-    ``model.*`` or ``train.awc.enabled/mode`` differ from the checkpoint's (dropout and max_len
-    may change; that is logged)."""
-    diffs = config_differences(saved, to_dict(cfg), ("model", "train.awc"))
-    diffs = {k: v for k, v in diffs.items() if k.startswith("model.") or k in ("train.awc.enabled", "train.awc.mode")}
-    fatal = {k: v for k, v in diffs.items() if k not in FREE_ON_RESUME}
-    if fatal:
-        raise ValueError(f"--resume continues the model in {source}, but the config describes a different one: "
-                         + _list(fatal) + ". Resume with the checkpoint's settings (its config.json), or start "
-                         "a new run in another out_dir")
-    for key, (old, new) in diffs.items():
-        log(f"[catcap] resuming with {key} changed from {old!r} to {new!r}")
-
-
-def load_start_weights(model, start: dict, cfg: ExperimentConfig, source) -> None:
-    """``train.init_from``: load another run's weights, or say which settings make them not fit."""
-    try:
-        model.load_state_dict(start["weights"])
-    except RuntimeError as err:
-        diffs = config_differences(start["config"], to_dict(cfg))
-        why = _list(diffs) if diffs else str(err).splitlines()[0]
-        raise ValueError(f"train.init_from={source}: its weights do not fit the configured model ({why}); "
-                         "use the model settings of that checkpoint (its config.json) or another checkpoint") from None
-
-
-def _list(diffs: dict) -> str:
-    return "; ".join(f"{k} is {old!r} in the checkpoint, {new!r} in the config" for k, (old, new) in diffs.items())
-
-
 class Trainer:
     """One experiment's training run (see the module docstring for the guarantees)."""
 
@@ -186,7 +138,7 @@ class Trainer:
         if self.awc is not None:
             self.awc.to(self.device)
             if start is not None and not resumed:
-                self._load_betas(cfg.train.init_from)
+                load_awc_betas(self.awc, cfg.train.init_from, self.log)
         self.objective = Objective(self.model, self.awc, cfg.train.scst.keep_awc)
         if cfg.train.compile:
             self.objective.compile_forward()
@@ -206,20 +158,6 @@ class Trainer:
         self.engine = self._wrap()
         if self.dist.enabled:
             self.log(f"[catcap] {self.dist.world} processes ({self.device.type}); global batch {cfg.train.batch_size}")
-
-    def _load_betas(self, checkpoint) -> None:
-        """Adaptive AWC: the betas learned with ``checkpoint``'s weights, when it has betas of this
-        shape; else (and for fixed AWC) the configured beta stays."""
-        folder = Path(checkpoint)
-        if not isinstance(self.awc.beta, torch.nn.Parameter) or not (folder / "trainer.json").is_file():
-            return  # fixed AWC keeps its configured beta
-        saved = load_checkpoint(folder, with_trainer=True)["trainer"].get("awc")
-        if saved is None or {k: tuple(v.shape) for k, v in saved.items()} != \
-                {k: tuple(v.shape) for k, v in self.awc.state_dict().items()}:
-            self.log(f"[catcap] {folder} holds no AWC betas of this shape; AWC starts from train.awc.beta")
-            return
-        self.awc.load_state_dict(saved)
-        self.log(f"[catcap] AWC betas from {folder}")
 
     def _warn_replacing(self) -> None:
         """A new run in an out_dir with an earlier run's checkpoints replaces them as it saves: say so."""
@@ -461,7 +399,7 @@ class Trainer:
         if pos.phase == "xe" and t.objective == "xe_then_scst" and pos.stale_epochs >= t.scst.switch_patience:
             self.model.load_state_dict(load_checkpoint(self.out / "best")["weights"])
             if self.awc is not None:
-                self._load_betas(self.out / "best")
+                load_awc_betas(self.awc, self.out / "best", self.log)
             pos.phase, pos.stale_epochs = "scst", 0
             self.optimizer = self._make_optimizer()
             self.engine = self._wrap()
