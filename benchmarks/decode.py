@@ -17,7 +17,9 @@ Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models trans
 On a GPU (``--device cuda``) every timing is bracketed by ``torch.cuda.synchronize()``; with
 ``--precision bf16`` (or fp16) decoding and the training step's forward run under autocast
 (``catcap.training.precision``; fp16 with its gradient scaler), as ``catcap train`` runs them.
-The paper's numbers (TITAN Xp, 50 images): Transformer 4.7 ms greedy / 63.9 ms beam,
+On CPU, fp32 Linear layers run through oneDNN or MKL as ``catcap.models.linear`` decides
+(the ``gemm`` field says which); ``CATCAP_CPU_GEMM=torch`` forces PyTorch's own (MKL)
+products, e.g. to compare the two. The paper's numbers (TITAN Xp, 50 images): Transformer 4.7 ms greedy / 63.9 ms beam,
 CAT 6.1 / 86.6 ms.
 """
 
@@ -34,6 +36,7 @@ import torch
 from catcap.config import load_config
 from catcap.decoding import beam_search, build_processors, greedy
 from catcap.models.builders import build_captioner
+from catcap.models.linear import cpu_gemm_backend
 from catcap.training.awc import make_awc
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.losses import cross_entropy
@@ -144,6 +147,8 @@ def run(benches: list[Bench], args, precision: str) -> None:
                     pairs = [t / t0 for t, t0 in zip(timed[job][b.name], timed[job][first])]
                     result[f"{job}_ratio"] = round(statistics.median(pairs), 3)
             result["threads"], result["device"], result["precision"] = threads, args.device, precision
+            if args.device == "cpu":
+                result["gemm"] = cpu_gemm_backend()
             print(json.dumps(result), flush=True)
 
 

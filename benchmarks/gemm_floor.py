@@ -7,7 +7,12 @@ Attention products, LayerNorms and everything else come on top, so a greedy deco
 faster than this sum on this machine; the difference to ``decode.py``'s ``greedy_s`` is
 what all other work costs. Prints one JSON line per shape and one with the total.
 
+The products run as catcap's Linear layers run them (``catcap.models.linear``): through
+oneDNN where catcap picks it (a non-Intel CPU with AVX-512), else through PyTorch (MKL).
+Compare the two with the environment variable:
+
 Usage: python benchmarks/gemm_floor.py [--repeats 30]
+       CATCAP_CPU_GEMM=torch python benchmarks/gemm_floor.py     # PyTorch's own (MKL) products
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ import json
 import time
 
 import torch
-import torch.nn.functional as F
 
 from catcap.config import load_config
+from catcap.models.linear import cpu_gemm_backend, linear
 from catcap.training.experiment import ExperimentConfig
 from decode import PRESETS, B, N, T, V
 
@@ -47,10 +52,10 @@ def shapes() -> list[tuple[str, int, int, int, int]]:
 
 def seconds(rows: int, fan_in: int, fan_out: int, repeats: int) -> float:
     x, w, b = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(fan_out)
-    F.linear(x, w, b)
+    linear(x, w, b)
     start = time.perf_counter()
     for _ in range(repeats):
-        F.linear(x, w, b)
+        linear(x, w, b)
     return (time.perf_counter() - start) / repeats
 
 
@@ -68,7 +73,7 @@ def main() -> None:
                           "ms_each": round(each * 1e3, 3), "gflops_per_s": round(work / each / 1e9, 1),
                           "s_total": round(each * count, 3)}), flush=True)
     print(json.dumps({"greedy_matrix_products_s": round(total, 3), "gflop": round(flops / 1e9, 1),
-                      "threads": 1}), flush=True)
+                      "threads": 1, "backend": cpu_gemm_backend()}), flush=True)
 
 
 if __name__ == "__main__":

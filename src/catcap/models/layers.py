@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from catcap.models.linear import Linear
+
 
 class FeedForward(nn.Module):
     """Position-wise FFN: ``W_2 ReLU(W_1 x)``, D -> d_ff -> D.
@@ -19,7 +21,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(inplace=True), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(Linear(d_model, d_ff), nn.ReLU(inplace=True), Linear(d_ff, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
         return rows_through(self.net, x)

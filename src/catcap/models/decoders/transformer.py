@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from catcap.models.attention import MultiHeadAttention, causal_mask
 from catcap.models.decoders.state import DecoderState
 from catcap.models.layers import FeedForward, SinusoidalPositions
+from catcap.models.linear import Linear
 from catcap.registry import DECODERS
 
 
@@ -70,7 +71,7 @@ class TransformerDecoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, make_cross()) for _ in range(num_layers))
         self.norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
-        self.output = nn.Linear(d_model, vocab_size)
+        self.output = Linear(d_model, vocab_size)
 
     def _embed(self, tokens: Tensor, offset: int) -> Tensor:
         return self.dropout(self.positions(self.embed(tokens) * math.sqrt(self.d_model), offset))

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from catcap.models.attention import MultiHeadAttention
 from catcap.models.layers import FeedForward, rows_through
+from catcap.models.linear import Linear
 from catcap.registry import ENCODERS
 
 
@@ -19,7 +20,7 @@ class FeatureProjection(nn.Module):
 
     def __init__(self, feature_dim: int, d_model: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(feature_dim, d_model), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.LayerNorm(d_model))
+        self.net = nn.Sequential(Linear(feature_dim, d_model), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.LayerNorm(d_model))
 
     def forward(self, features: Tensor) -> Tensor:
         return rows_through(self.net, features)
