@@ -74,11 +74,15 @@ def run_ablation(table: str, overrides: Sequence[str] = (), *, out_root: str | P
 
 def _scores(checkpoint: Path, split: str, beam: int, log) -> dict:
     """Corpus metrics of ``checkpoint`` on ``split``; reused from ``<run>/ablation_eval.json``
-    when that checkpoint was already scored with the same split and beam."""
+    when that checkpoint was already scored with the same split and beam, on the same data
+    files (path, size and modification time of the dataset and feature files it reads)."""
     from catcap.api import evaluate_checkpoint, write_json_atomic
+    from catcap.captioner import Captioner
 
+    cap = Captioner.from_pretrained(checkpoint, device="cpu")
     key = {"checkpoint": str(checkpoint), "weights_mtime_ns": (checkpoint / "model.safetensors").stat().st_mtime_ns,
-           "split": split, "beam": beam, "metrics": list(METRICS)}
+           "split": split, "beam": beam, "metrics": list(METRICS),
+           "data": {name: _stamp(cap.data_file(name)) for name in ("dataset", "features")}}
     cache = checkpoint.parent / "ablation_eval.json"
     if cache.exists():
         saved = json.loads(cache.read_text(encoding="utf-8"))
@@ -88,6 +92,15 @@ def _scores(checkpoint: Path, split: str, beam: int, log) -> dict:
     ev, _ = evaluate_checkpoint(checkpoint, split=split, beam=beam, metrics=METRICS)
     write_json_atomic(cache, {"key": key, "scores": ev.corpus})
     return ev.corpus
+
+
+def _stamp(path: str) -> list | None:
+    """[absolute path, size, mtime_ns] of a data file (or feature folder); None when missing."""
+    p = Path(path)
+    if not p.exists():
+        return None
+    st = p.stat()
+    return [str(p.resolve()), st.st_size, st.st_mtime_ns]
 
 
 def format_table(table: str, rows: list[dict], split: str, beam: int) -> str:

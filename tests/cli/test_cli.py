@@ -35,6 +35,21 @@ def test_evaluate_example_writes_toolkit_names(tmp_path):
     assert 0.1 < data["corpus"]["Bleu_4"] < 0.4 and 0.4 < data["corpus"]["CIDEr"] < 1.5  # human vs human
 
 
+def test_a_requested_metric_that_cannot_run_fails_the_command(tmp_path, monkeypatch):
+    """SPICE needs the CoreNLP jars (pointed at an empty folder here): named in --metrics, its
+    absence is exit 1 after the table; in the default set it is only reported (exit 0)."""
+    (tmp_path / "no_jars").mkdir()
+    monkeypatch.setenv("CATCAP_CORENLP_DIR", str(tmp_path / "no_jars"))
+    out = tmp_path / "scores.json"
+    proc = catcap("evaluate", "--example", "--metrics", "bleu,spice", "--output", str(out), check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "unavailable" in proc.stdout and "Bleu_4" in proc.stdout
+    assert "requested but unavailable: spice" in proc.stderr
+    assert "spice" in json.loads(out.read_text())["unavailable"]  # the scores that ran are still written
+    default = catcap("evaluate", "--example", check=False)
+    assert default.returncode == 0 and "unavailable" in default.stdout, default.stderr
+
+
 def test_evaluate_matches_pycocoevalcap_on_the_example(java_available):
     """Against the real toolkit (its Java tokenizer included) on the bundled example."""
     from pycocoevalcap.bleu.bleu import Bleu

@@ -1,6 +1,7 @@
 """`catcap ablate`: every row of a paper table trained, evaluated and tabulated in one command."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -46,3 +47,13 @@ def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):
     assert again.returncode == 0 and again.stdout.count("resumed") == 4, again.stdout[-2000:]
     assert again.stdout.count("reusing the scores") == 4, again.stdout[-2000:]
     assert json.loads((out / "table.json").read_text())["rows"] == data["rows"]
+    # a data file rewritten since (same path, new modification time) is scored again
+    stat = os.stat(tiny_world.dataset)
+    try:
+        os.utime(tiny_world.dataset, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        third = subprocess.run([sys.executable, "-m", "catcap", "ablate", "--table", "5", "--out", str(out), "--beam", "2",
+                                "--split", "val", *args], capture_output=True, text=True, timeout=600)
+    finally:
+        os.utime(tiny_world.dataset, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert third.returncode == 0 and third.stdout.count("reusing the scores") == 0, third.stdout[-2000:]
+    assert json.loads((out / "table.json").read_text())["rows"] == data["rows"]  # same data, same scores

@@ -141,3 +141,28 @@ def test_init_from_and_the_switch_to_scst_keep_the_learned_awc_betas(tiny_world,
     assert any("AWC betas from" in m for m in logs)
     started = load_checkpoint(tmp_path / "ft" / "last", with_trainer=True)["trainer"]["awc"]["beta"]
     torch.testing.assert_close(started, learned)  # lr 0: the loaded betas are what the run holds
+
+
+def test_resume_says_every_changed_setting_and_refuses_another_objective(tiny_world, tiny_overrides, tmp_path):
+    from catcap import api
+
+    xe = tiny_overrides(tiny_world, tmp_path / "xe", **{"train.max_steps": 1, "train.epochs": 1})
+    api.train(None, xe, log=lambda m: None)
+    scst = {"train.objective": "scst", "train.init_from": tmp_path / "xe" / "last", "train.epochs": 1,
+            "train.scst.lr": "1e-5"}
+    api.train(None, tiny_overrides(tiny_world, tmp_path / "scst", **scst, **{"train.max_steps": 2}), log=lambda m: None)
+    # SCST's rate is fixed, and the optimizer state would bring the old one back: the config's wins
+    logs = []
+    api.train(None, tiny_overrides(tiny_world, tmp_path / "scst", **{**scst, "train.scst.lr": "3e-5",
+                                                                     "train.max_steps": 4}), resume=True, log=logs.append)
+    assert "[catcap] resuming with train.scst.lr changed from 1e-05 to 3e-05" in logs
+    assert "[catcap] resuming with train.max_steps changed from 2 to 4" in logs
+    rates = {r["step"]: r["lr"] for r in _records(tmp_path / "scst" / "log.jsonl") if r["kind"] == "train"}
+    assert rates == {1: 1e-5, 2: 1e-5, 3: 3e-5, 4: 3e-5}
+    # an XE run resumed as SCST would silently have gone on with XE (the phase is saved)
+    with pytest.raises(ValueError, match=r"train\.objective is 'xe' in the checkpoint, 'scst' in the config.*"
+                                         r"train\.init_from=<this run>/best"):
+        api.train(None, xe + ["train.objective=scst", "train.max_steps=2"], resume=True, log=lambda m: None)
+    # ... but an XE run may go on into SCST
+    api.train(None, xe + ["train.objective=xe_then_scst", "train.max_steps=2"], resume=True, log=logs.append)
+    assert "[catcap] resuming with train.objective changed from 'xe' to 'xe_then_scst'" in logs

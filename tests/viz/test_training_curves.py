@@ -38,3 +38,26 @@ def test_cli_plots_and_explains_a_missing_log(tmp_path):
     assert ok.returncode == 0 and "training.png" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "catcap", "plot-log", str(tmp_path / "nothing")], capture_output=True, text=True)
     assert bad.returncode == 2 and "no training log at" in bad.stderr
+
+
+def test_out_suffix_picks_the_format_and_others_are_refused(tmp_path):
+    write_log(tmp_path / "run", scst=True)
+    svg = plot_training_log(tmp_path / "run", tmp_path / "curves.svg")
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    assert plot_training_log(tmp_path / "run", tmp_path / "curves.pdf").read_bytes()[:5] == b"%PDF-"
+    bad = subprocess.run([sys.executable, "-m", "catcap", "plot-log", str(tmp_path / "run"), "--out",
+                          str(tmp_path / "curves.jpg")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "expected a file name ending in .png, .svg, .pdf, found .jpg" in bad.stderr
+    assert not (tmp_path / "curves.jpg").exists()
+
+
+def test_a_mean_baseline_stays_visible_under_the_reward(tmp_path, monkeypatch):
+    """With the 'mean' baseline the two series are equal: the baseline is dashed, the reward solid."""
+    from catcap.viz import training_curves
+
+    drawn, real = [], training_curves._line
+    monkeypatch.setattr(training_curves, "_line",
+                        lambda ax, rows, key, label, style="-": drawn.append((key, style)) or real(ax, rows, key, label, style))
+    write_log(tmp_path / "run", scst=True)
+    plot_training_log(tmp_path / "run")
+    assert ("reward", "-") in drawn and ("baseline", "--") in drawn

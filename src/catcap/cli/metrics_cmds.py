@@ -14,7 +14,8 @@ with one caption per image. REFS is either COCO annotations (captions_val2014.js
 or a Karpathy split file (dataset_coco.json) together with --split.
 Only the images in RESULTS are scored. BLEU/ROUGE-L/CIDEr need no Java;
 METEOR needs Java; SPICE needs Java and the Stanford CoreNLP 3.6.0 jars (--corenlp).
-A metric that cannot run is reported as unavailable, with the reason.
+A metric that cannot run is reported as unavailable, with the reason; the exit status
+is then 1 if you named it in --metrics (0 when it was only part of the default set).
 
 examples:
   catcap evaluate --example
@@ -41,8 +42,6 @@ def _add_refs(p: argparse.ArgumentParser) -> None:
                    "(default: bleu,meteor,rouge,cider,spice)")
     p.add_argument("--corenlp", metavar="DIR", help="folder with stanford-corenlp-3.6.0.jar and "
                    "stanford-corenlp-3.6.0-models.jar for SPICE (or set CATCAP_CORENLP_DIR)")
-
-
 
 
 def register(sub) -> None:
@@ -75,6 +74,8 @@ def register(sub) -> None:
 
 def log_to_stderr(quiet: bool):
     return (lambda msg: None) if quiet else (lambda msg: print(f"[catcap] {msg}", file=sys.stderr))
+
+
 def cmd_evaluate(args) -> int:
     from catcap import api
     from catcap.metrics.evaluate import print_table
@@ -94,7 +95,7 @@ def cmd_evaluate(args) -> int:
                                         progress=not args.quiet)
         print_table(ev)
         _write_scores(ev, args.output)
-        return 0
+        return _status(ev, args.metrics)
     if args.example:
         results, refs = api.example_files()
     elif args.results and args.refs:
@@ -106,6 +107,14 @@ def cmd_evaluate(args) -> int:
                       log=log_to_stderr(args.quiet))
     print_table(ev)
     _write_scores(ev, args.output)
+    return _status(ev, args.metrics)
+
+
+def _status(ev, asked: str | None) -> int:
+    """1 when a metric named in --metrics could not run (the table says why), else 0."""
+    if asked and ev.unavailable:
+        print(f"requested but unavailable: {', '.join(sorted(ev.unavailable))} (see the table)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -122,7 +122,8 @@ def register(sub) -> None:
                           "falling while the reward stalls). `catcap train` draws it at the end of every run.\n\n"
                           "example:\n  catcap plot-log runs/demo/scst", formatter_class=argparse.RawDescriptionHelpFormatter)
     plot.add_argument("run", metavar="RUN", help="a run's out_dir (holds log.jsonl)")
-    plot.add_argument("--out", metavar="FILE.png", help="where to write the picture (default RUN/training.png)")
+    plot.add_argument("--out", metavar="FILE.png", help="where to write the picture: .png, .svg or .pdf "
+                      "(default RUN/training.png)")
     plot.set_defaults(func=cmd_plot_log)
     abl = sub.add_parser("ablate", help="rerun an ablation table of the paper (5, 6 or 7)", description=ABLATE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

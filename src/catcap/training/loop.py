@@ -191,6 +191,8 @@ class Trainer:
         self.pos = Position(**t["position"])
         self.optimizer = self._make_optimizer()
         self.optimizer.load_state_dict(t["optimizer"])
+        if self.pos.phase == "scst":  # XE sets its rate every step; SCST's fixed rate is the config's
+            set_learning_rate(self.optimizer, self.cfg.train.scst.lr)
         self.precision.load_state_dict(t.get("precision") or {})
         restore_rng(t["rng"])
         ranks = t.get("rng_ranks") or []

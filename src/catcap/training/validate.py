@@ -29,7 +29,10 @@ def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progres
     greedy (beam 1) or by beam search; ``autocast``: a context manager factory (reduced precision);
     ``processors``: decoding rules (:func:`~catcap.decoding.caption_processors`)."""
     model.eval()
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_images)
+    # its own generator: a DataLoader draws a seed from the global RNG for every pass, which
+    # would shift the training's dropout stream by one draw per validation
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_images,
+                        generator=torch.Generator())
     rows: list[torch.Tensor] = []
     for batch in progress_bar(loader, desc="validate", unit="batch", enabled=progress, leave=False):
         batch = batch.to(device)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from catcap.atomic import atomic_write
 
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
 SCST_PANELS = (("reward", "baseline", "greedy_reward"), ("advantage_std",), ("entropy",), ("length",), ("eos_fraction",))
 
 
@@ -36,11 +37,15 @@ def plot_if_logged(run_dir) -> Path | None:
 
 
 def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Plot ``run_dir/log.jsonl`` into ``out`` (default ``run_dir/training.png``)."""
+    """Plot ``run_dir/log.jsonl`` into ``out`` (default ``run_dir/training.png``; .png, .svg or .pdf)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     run_dir = Path(run_dir)
+    path = Path(out) if out else run_dir / "training.png"
+    if path.suffix.lower() not in PICTURE_SUFFIXES:
+        raise ValueError(f"cannot write a plot to {path}: expected a file name ending in "
+                         f"{', '.join(PICTURE_SUFFIXES)}, found {path.suffix or 'no suffix'}")
     log = run_dir / "log.jsonl"
     if not log.exists():
         raise ValueError(f"no training log at {log}; expected the out_dir of a `catcap train` run")
@@ -66,8 +71,8 @@ def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Pat
             axes[1].plot([r["step"] for r in rows], [r["CIDEr"] for r in rows], marker=marker, label=f"val CIDEr-D ({phase})")
     axes[1].set_title("validation CIDEr-D per epoch (x = training step)")
     for ax, keys in zip(axes[2:], SCST_PANELS):
-        for key in keys:
-            _line(ax, scst, key, key.replace("_", " "))
+        for key in keys:  # dashed baseline: with the 'mean' baseline it equals the reward, drawn over it
+            _line(ax, scst, key, key.replace("_", " "), "--" if key == "baseline" else "-")
         ax.set_title("SCST: " + ", ".join(k.replace("_", " ") for k in keys) + " per logged step")
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -75,13 +80,12 @@ def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Pat
             ax.legend(fontsize=8)
     axes[-1].set_xlabel("training step")
     fig.suptitle(f"{run_dir}")
-    path = Path(out) if out else run_dir / "training.png"
     with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=100)
+        fig.savefig(f, format=path.suffix[1:].lower(), dpi=100)
     return path
 
 
-def _line(ax, rows: list[dict], key: str, label: str) -> None:
+def _line(ax, rows: list[dict], key: str, label: str, style: str = "-") -> None:
     points = [(r["step"], r[key]) for r in rows if key in r]
     if points:
-        ax.plot(*zip(*points), label=label, linewidth=1.2)
+        ax.plot(*zip(*points), style, label=label, linewidth=1.2)
