@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from catcap.data.synthetic import make_world
 
@@ -29,21 +30,49 @@ def scst_world(tmp_path_factory):
 
 
 def test_scst_from_a_short_xe_run_raises_validation_cider(scst_world, tiny_overrides, tmp_path):
+    """SCST from an XE checkpoint, end to end: the start weights are scored first (the XE run's
+    last score, by the same validation), SCST's signals are logged each step, and validation
+    CIDEr-D rises above the start. On this tiny model (30 SCST steps) the gain is small and
+    depends on the seed: over world seeds 3, 4, 5, 6 at this rate the best SCST epoch was
+    +0.045, +0.013, 0.000, -0.018 from the start (2026-11-22). The bar below is therefore a
+    regression value for seed 3, not a property of SCST; `benchmarks/results/scst.md` has
+    SCST's gains at a scale where they are reliable (+0.26 CIDEr-D on the demo's model)."""
     xe = tmp_path / "xe"
     train(tiny_overrides(scst_world, xe, **{"train.epochs": 4}))
-    start = val_ciders(xe / "log.jsonl")[-1]  # SCST starts from XE's last epoch
+    xe_last = val_ciders(xe / "log.jsonl")[-1]  # SCST starts from XE's last epoch
     scst = tmp_path / "scst"
     out = train(tiny_overrides(scst_world, scst, **{
-        # from the last XE epoch: with this deliberately high rate (a gain within 3 tiny epochs), the
-        # epoch-2 checkpoint (the best by val CIDEr-D) falls into a greedy loop ("a green star a green
-        # star ...", val CIDEr-D 0.03) in 10 steps; measured the same before and after the DDP trainer
-        "train.epochs": 3, "train.objective": "scst", "train.init_from": xe / "last", "train.scst.lr": "5e-4"}))
-    assert "weights and vocabulary from" in out
-    ciders = val_ciders(scst / "log.jsonl")
-    # measured 2026-11-22: 0.295 -> 0.249 / 0.292 / 0.377 (MKL products), 0.353 -> 0.401 / 0.412 /
-    # 0.330 (oneDNN products, catcap.models.linear)
-    assert max(ciders) > start + 0.03, (start, ciders)
+        "train.epochs": 3, "train.objective": "scst", "train.init_from": xe / "last", "train.scst.lr": "2e-4"}))
+    assert "weights and vocabulary from" in out and "start weights (train.init_from): val" in out
+    records = [json.loads(line) for line in (scst / "log.jsonl").read_text().splitlines() if '"kind": "val"' in line]
+    assert records[0]["phase"] == "start" and records[0]["step"] == 0
+    start = records[0]["CIDEr"]
+    assert abs(start - xe_last) < 1e-9, (start, xe_last)
+    ciders = [r["CIDEr"] for r in records[1:]]
+    assert len(ciders) == 3 and all(r["phase"] == "scst" for r in records[1:])
+    # measured 2026-11-22: 0.249 -> 0.286 / 0.291 / 0.294
+    assert max(ciders) > start + 0.02, (start, ciders)
     steps = [json.loads(line) for line in (scst / "log.jsonl").read_text().splitlines() if '"kind": "train"' in line]
     assert all(s["phase"] == "scst" and {"reward", "baseline", "advantage", "eos_fraction", "length", "entropy"} <= s.keys()
                for s in steps)
     assert list(scst_world.dataset.parent.glob("*.train.*.cider-df.npz")), "df cached next to the data"
+
+
+def test_best_keeps_the_start_weights_until_an_scst_epoch_beats_them(scst_world, tiny_overrides, tmp_path):
+    """With a zero SCST rate no epoch can beat the start: best/ must still hold the start weights
+    (before, the first SCST epoch always became "best", however it scored)."""
+    from catcap import api
+    from catcap.training.checkpoint import load_checkpoint
+
+    api.train(None, tiny_overrides(scst_world, tmp_path / "xe", **{"train.epochs": 1}), log=lambda m: None)
+    logs = []
+    pos = api.train(None, tiny_overrides(scst_world, tmp_path / "scst", **{
+        "train.epochs": 1, "train.objective": "scst", "train.init_from": tmp_path / "xe" / "last",
+        "train.scst.lr": "0.0"}), log=logs.append)
+    records = [json.loads(line) for line in (tmp_path / "scst" / "log.jsonl").read_text().splitlines()
+               if '"kind": "val"' in line]
+    assert [r["phase"] for r in records] == ["start", "scst"] and records[0]["CIDEr"] == records[1]["CIDEr"]
+    assert pos.best_epoch == 0 and pos.stale_epochs == 1
+    assert any(m.startswith("[catcap] start weights (train.init_from): val") for m in logs)
+    start, best = load_checkpoint(tmp_path / "xe" / "last")["weights"], load_checkpoint(tmp_path / "scst" / "best")["weights"]
+    assert start.keys() == best.keys() and all(torch.equal(start[k], best[k]) for k in start)

@@ -227,8 +227,13 @@ def cmd_train(args) -> int:
     pos = api.train(args.config, overrides, resume=args.resume)
     if not is_main_process():  # under torchrun, rank 0 reports
         return 0
-    best = (f"best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})" if pos.best_epoch > 0
-            else "no validation ran (train.max_steps ended the run inside the first epoch)")
+    if pos.best_epoch > 0:
+        best = f"best val CIDEr-D {pos.best_cider:.4f} (epoch {pos.best_epoch})"
+    elif pos.best_epoch == 0:
+        best = (f"best val CIDEr-D {pos.best_cider:.4f}: the start weights (train.init_from); no SCST epoch "
+                "beat them, so best/ holds them")
+    else:
+        best = "no validation ran (train.max_steps ended the run inside the first epoch)"
     print(f"done: {pos.step} steps, {best}")
     from catcap.viz.training_curves import plot_if_logged
 

@@ -146,6 +146,7 @@ class Trainer:
         if self.dist.rank > 0:  # every rank its own dropout/sampling stream (rank 0 = one-process run)
             torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)
         self.pos = Position(phase="scst" if cfg.train.objective == "scst" else "xe")
+        self._fresh_scst_start = self.pos.phase == "scst" and start is not None and not resumed
         self.optimizer = self._make_optimizer()
         if resumed:
             self._restore(resumed)
@@ -333,6 +334,8 @@ class Trainer:
     def fit(self) -> Position:
         """Train until ``train.epochs`` (or ``train.max_steps``); returns the final position."""
         t = self.cfg.train
+        if self._fresh_scst_start:
+            self._validate_start()
         while self.pos.epoch < t.epochs and not self._done():
             self._run_epoch()
             if self._done() and self.pos.batch != 0:
@@ -377,6 +380,17 @@ class Trainer:
             if self._done():
                 break
         bar.close()
+
+    def _validate_start(self) -> None:
+        """SCST from ``train.init_from``: score the start weights first, so that "best" is only
+        replaced by an SCST epoch that beats them (and the log holds the point SCST starts from)."""
+        t = self.cfg.train
+        ev, _ = validate(self.model, self.data.val, self.data.vocab, self.device, t.eval_batch_size, t.val_max_len,
+                         progress=t.progress, beam=t.val_beam, ctx=self.dist, autocast=self.precision.autocast)
+        self._log_json({"kind": "val", "phase": "start", "step": 0, "epoch": -1, **ev.corpus})
+        self.log("[catcap] start weights (train.init_from): val " + ", ".join(f"{k} {v:.3f}" for k, v in ev.corpus.items()))
+        self.pos.best_cider, self.pos.best_epoch = ev.corpus["CIDEr"], 0
+        self.save("best")
 
     def _end_epoch(self) -> None:
         t = self.cfg.train

@@ -1,7 +1,9 @@
 """The training log ``out_dir/log.jsonl``: one JSON record per line, one run per file.
 
 Records: ``{"kind": "train", "step": s, "epoch": e, ...}`` after optimizer step s and
-``{"kind": "val", "step": s, "epoch": e, ...}`` after validating (0-based) epoch e.
+``{"kind": "val", "step": s, "epoch": e, ...}`` after validating (0-based) epoch e; an SCST run
+from ``train.init_from`` first logs ``{"kind": "val", "phase": "start", "step": 0, "epoch": -1, ...}``
+for its start weights.
 
 - A **new run** in a folder that already has a log moves the old log aside to
   ``log.<its last write time>.jsonl`` (nothing is deleted), so ``log.jsonl`` and the curves

@@ -65,7 +65,7 @@ def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Pat
         _line(axes[0], xe, "awc", "AWC term")
     _line(axes[0], scst, "loss", "SCST policy loss")
     axes[0].set_title("training loss per logged step")
-    for phase, marker in (("xe", "o"), ("scst", "s")):
+    for phase, marker in (("start", "*"), ("xe", "o"), ("scst", "s")):  # start: SCST's init_from weights
         rows = [r for r in val if r.get("phase", "xe") == phase]
         if rows:
             axes[1].plot([r["step"] for r in rows], [r["CIDEr"] for r in rows], marker=marker, label=f"val CIDEr-D ({phase})")
