@@ -34,7 +34,10 @@ def _records(log):
 
 VARIANTS = {"transformer": {}, "cat-awc": {"model.cross_attention": "caca", "train.awc.enabled": "true"},
             # epoch 1 XE, epoch 2 SCST: a kill can land in either phase
-            "xe-then-scst": {"train.objective": "xe_then_scst", "train.scst.switch_patience": 0}}
+            "xe-then-scst": {"train.objective": "xe_then_scst", "train.scst.switch_patience": 0},
+            # wide enough that the decoder's products reach catcap.models.linear.MIN_MACS: on a CPU
+            # where catcap picks oneDNN (non-Intel with AVX-512) they run there, forward and backward
+            "d128": {"model.d_model": 128, "model.d_ff": 256, "model.num_heads": 4}}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

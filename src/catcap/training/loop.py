@@ -40,6 +40,7 @@ from catcap.config import to_dict
 from catcap.data.collate import collate_captions, collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
+from catcap.models.linear import cpu_gemm_backend
 from catcap.progress import progress_bar
 from catcap.training import runlog
 from catcap.training.awc import make_awc
@@ -159,6 +160,8 @@ class Trainer:
         self.engine = self._wrap()
         if self.dist.enabled:
             self.log(f"[catcap] {self.dist.world} processes ({self.device.type}); global batch {cfg.train.batch_size}")
+        if self.device.type == "cpu" and cpu_gemm_backend() == "onednn":
+            self.log("[catcap] CPU Linear layers run through oneDNN (catcap.models.linear; CATCAP_CPU_GEMM=torch for MKL)")
 
     def _warn_replacing(self) -> None:
         """A new run in an out_dir with an earlier run's checkpoints replaces them as it saves: say so."""
