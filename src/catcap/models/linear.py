@@ -4,7 +4,7 @@ Why: PyTorch's CPU wheels compute fp32 ``Linear`` layers with MKL's sgemm, and M
 kernels by CPU vendor: on AMD CPUs it takes its AVX2 path even where the CPU has AVX-512. The
 oneDNN library bundled in the same wheel dispatches on the CPU's instruction sets instead. On
 this project's AMD EPYC (Zen 5) VM, one thread, torch 2.13: the paper-size products run at
-~90 GFLOP/s through MKL and ~170-230 GFLOP/s through oneDNN (``benchmarks/gemm_backend.py``;
+~90 GFLOP/s through MKL and ~145-230 GFLOP/s through oneDNN (``benchmarks/gemm_floor.py``;
 ``benchmarks/results/decode.md``), in forward and in both backward products.
 
 Which backend (``cpu_gemm_backend``), decided once per process:
