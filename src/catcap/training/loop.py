@@ -387,21 +387,24 @@ class Trainer:
     def _validate_start(self) -> None:
         """SCST from ``train.init_from``: score the start weights first, so that "best" is only
         replaced by an SCST epoch that beats them (and the log holds the point SCST starts from)."""
-        t = self.cfg.train
-        ev, _ = validate(self.model, self.data.val, self.data.vocab, self.device, t.eval_batch_size, t.val_max_len,
-                         progress=t.progress, beam=t.val_beam, ctx=self.dist, autocast=self.precision.autocast)
-        self._log_json({"kind": "val", "phase": "start", "step": 0, "epoch": -1, **ev.corpus})
-        self.log("[catcap] start weights (train.init_from): val " + ", ".join(f"{k} {v:.3f}" for k, v in ev.corpus.items()))
-        self.pos.best_cider, self.pos.best_epoch = ev.corpus["CIDEr"], 0
+        corpus = self._validate({"phase": "start", "step": 0, "epoch": -1}, "start weights (train.init_from)")
+        self.pos.best_cider, self.pos.best_epoch = corpus["CIDEr"], 0
         self.save("best")
 
-    def _end_epoch(self) -> None:
+    def _validate(self, record: dict, what: str) -> dict:
+        """Score the current weights on the validation split; log ``record`` + the scores to
+        log.jsonl and ``what: val ...`` to the console; returns the corpus scores."""
         t = self.cfg.train
         ev, _ = validate(self.model, self.data.val, self.data.vocab, self.device, t.eval_batch_size, t.val_max_len,
                          progress=t.progress, beam=t.val_beam, ctx=self.dist, autocast=self.precision.autocast)
-        cider = ev.corpus["CIDEr"]
-        self._log_json({"kind": "val", "phase": self.pos.phase, "step": self.pos.step, "epoch": self.pos.epoch, **ev.corpus})
-        self.log(f"[catcap] epoch {self.pos.epoch + 1} ({self.pos.phase}): val " + ", ".join(f"{k} {v:.3f}" for k, v in ev.corpus.items()))
+        self._log_json({"kind": "val", **record, **ev.corpus})
+        self.log(f"[catcap] {what}: val " + ", ".join(f"{k} {v:.3f}" for k, v in ev.corpus.items()))
+        return ev.corpus
+
+    def _end_epoch(self) -> None:
+        pos = self.pos
+        cider = self._validate({"phase": pos.phase, "step": pos.step, "epoch": pos.epoch},
+                               f"epoch {pos.epoch + 1} ({pos.phase})")["CIDEr"]
         self.pos.epoch += 1
         self.pos.batch = 0
         if cider > self.pos.best_cider:

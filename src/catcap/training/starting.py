@@ -37,20 +37,21 @@ def check_resumable(saved: dict, cfg: ExperimentConfig, source, log) -> None:
     may change), or whose ``train.objective`` does (except ``xe`` -> ``xe_then_scst``, which lets
     an XE run go on into SCST). Every other changed ``data.*`` / ``train.*`` setting is logged:
     it takes effect from the resumed step on."""
-    now = to_dict(cfg)
-    diffs = config_differences(saved, now, ("model", "train.awc"))
-    diffs = {k: v for k, v in diffs.items() if k.startswith("model.") or k in ("train.awc.enabled", "train.awc.mode")}
-    fatal = {k: v for k, v in diffs.items() if k not in FREE_ON_RESUME}
-    objective = (saved.get("train", {}).get("objective", "xe"), cfg.train.objective)
-    if objective[0] != objective[1] and objective != ("xe", "xe_then_scst"):
-        fatal["train.objective"] = objective
+    diffs = config_differences(saved, to_dict(cfg), ("model", "data", "train"))
+    fatal = {k: v for k, v in diffs.items() if (k.startswith("model.") and k not in FREE_ON_RESUME)
+             or k in ("train.awc.enabled", "train.awc.mode")
+             or (k == "train.objective" and not _objective_may_change(*v))}
     if fatal:
         raise ValueError(f"--resume continues the run in {source}, but the config describes a different one: "
                          + _list(fatal) + ". Resume with the checkpoint's settings (its config.json), or start "
                          "a new run in another out_dir (train.init_from=<this run>/best starts from its weights)")
-    others = config_differences(saved, now, ("data", "train"))
-    for key, (old, new) in {**diffs, **{k: v for k, v in others.items() if k not in diffs}}.items():
+    for key, (old, new) in diffs.items():
         log(f"[catcap] resuming with {key} changed from {old!r} to {new!r}")
+
+
+def _objective_may_change(old, new) -> bool:
+    """Same objective (a checkpoint older than the setting ran XE), or an XE run going on into SCST."""
+    return (old or "xe") in (new, "xe") and new in (old or "xe", "xe_then_scst")
 
 
 def load_start_weights(model, start: dict, cfg: ExperimentConfig, source) -> None:
