@@ -9,9 +9,12 @@ interleaved (each repeat times every model in turn) so that drifting machine loa
 alike. Prints one JSON line per model and thread count:
 {"model", "greedy_s", "beam_s", "train_step_s", "threads", ...} (medians of --repeats runs,
 plus the minimum of each and, for every model but the first, its ratio to the first: the
-median over repeats of the ratio within a repeat, which drifting load affects least).
+median over repeats of the ratio within a repeat, which drifting load affects least; and
+``*_ratio_to`` the same against every other earlier model, e.g. ``--models transformer m2
+m2_caca`` gives M2 + CACA against M2 too).
 
 Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models transformer cat lightcat] [--jobs beam]
+       python benchmarks/decode.py --threads 1 --models transformer m2 m2_caca m2_light_caca
        python benchmarks/decode.py --device cuda --precision fp32 bf16 --models transformer cat lightcat
 
 On a GPU (``--device cuda``) every timing is bracketed by ``torch.cuda.synchronize()``; with
@@ -110,6 +113,11 @@ def interleaved(benches: list[Bench], job: str, repeats: int) -> dict[str, list[
     return times
 
 
+def paired_ratio(times: list[float], baseline: list[float]) -> float:
+    """Median over repeats of the ratio within a repeat (drifting load affects it least)."""
+    return round(statistics.median(t / t0 for t, t0 in zip(times, baseline)), 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -144,8 +152,10 @@ def run(benches: list[Bench], args, precision: str) -> None:
                 median = statistics.median(timed[job][b.name])
                 result[f"{job}_s"], result[f"{job}_min_s"] = round(median, 4), round(min(timed[job][b.name]), 4)
                 if b.name != first:  # paired: the ratio within each repeat, then its median
-                    pairs = [t / t0 for t, t0 in zip(timed[job][b.name], timed[job][first])]
-                    result[f"{job}_ratio"] = round(statistics.median(pairs), 3)
+                    result[f"{job}_ratio"] = paired_ratio(timed[job][b.name], timed[job][first])
+                    earlier = [e.name for e in benches[1:benches.index(b)]]
+                    if earlier:  # e.g. M2 + CACA against M2 as well as against the first model
+                        result[f"{job}_ratio_to"] = {e: paired_ratio(timed[job][b.name], timed[job][e]) for e in earlier}
             result["threads"], result["device"], result["precision"] = threads, args.device, precision
             if args.device == "cpu":
                 result["gemm"] = cpu_gemm_backend()

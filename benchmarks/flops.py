@@ -8,13 +8,20 @@ first. The counts are exact and machine-independent: on a CPU whose matrix produ
 run near peak, a model's time ratio cannot go much below its FLOP ratio, whatever the code does
 around them.
 
-Usage: python benchmarks/flops.py [--models transformer cat lightcat]
+Linear layers are counted through PyTorch's own product (``CATCAP_CPU_GEMM=torch`` is set
+before catcap is imported): catcap's oneDNN path calls a private op that the counter does not
+see, and the arithmetic is the same either way.
+
+Usage: python benchmarks/flops.py [--models transformer cat lightcat m2 m2_caca m2_light_caca]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+
+os.environ["CATCAP_CPU_GEMM"] = "torch"  # before catcap decides its backend (see the docstring)
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdpa_flop_count
@@ -39,7 +46,9 @@ def count(bench: Bench, job: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["transformer", "cat", "lightcat"])
+    parser.add_argument("--models", nargs="+", default=["transformer", "cat", "lightcat"],
+                        help="presets (configs/models/NAME.yaml); ratios are to the first, e.g. "
+                             "--models m2 m2_caca m2_light_caca for M2 + (Light)CACA against M2")
     args = parser.parse_args()
     torch.manual_seed(0)
     feats, mask = torch.randn(B, N, F), torch.ones(B, N, dtype=torch.bool)

@@ -116,9 +116,12 @@ def train(config: str | Path | None, overrides: Sequence[str] = (), *, resume: b
 
     trainer = Trainer(load_experiment(config, overrides), resume=resume, log=log)
     try:
-        return trainer.fit()
-    finally:
-        teardown(trainer.dist)
+        result = trainer.fit()
+    except BaseException:
+        teardown(trainer.dist, wait=False)
+        raise
+    teardown(trainer.dist)
+    return result
 
 
 def plot_training(run_dir: str | Path, out: str | Path | None = None) -> Path:

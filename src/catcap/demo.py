@@ -3,9 +3,9 @@
 1. make the built-in shapes world (unless it exists), 2. train the tiny Transformer of
 ``configs/experiments/demo.yaml``, 3. caption the test split with beam search and score it
 next to a "most frequent training caption" baseline, 4. print captions of a few test images
-next to their references. ``--compare transformer,cat,lightcat`` trains each preset's
-variant (cross attention + AWC, at the demo's tiny size and settings) on the same world with
-the same seed and prints one table.
+next to their references. ``--compare transformer,cat,m2,m2_caca`` trains each preset's
+variant (encoder, decoder, cross attention + AWC, at the demo's tiny size and settings) on the
+same world with the same seed and prints one table.
 """
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ def caption_split(captioner: Captioner, dataset: ImageDataset, beam: int) -> tup
 
 
 MODELS_DIR = DEMO_CONFIG.parents[1] / "models"
-VARIANT_KEYS = {"model": ("cross_attention", "history"), "train": ("awc",)}
+VARIANT_KEYS = {"model": ("encoder", "decoder", "cross_attention", "memory_slots", "history"), "train": ("awc",)}
 
 
 def variant_overrides(name: str) -> list[str]:
     """The overrides that turn the demo's tiny Transformer into preset ``name``
-    (``configs/models/<name>.yaml``): its cross attention, history options and AWC settings,
-    not its sizes."""
+    (``configs/models/<name>.yaml``, following its ``base``): its encoder, decoder, cross
+    attention, memory slots, history options and AWC settings, not its sizes."""
     path = MODELS_DIR / f"{name}.yaml"
     if not path.is_file():
         choices = sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))

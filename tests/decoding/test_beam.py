@@ -12,9 +12,8 @@ from catcap.decoding import beam_search, build_processors, greedy
 from catcap.decoding.reference import reference_beam_search
 from catcap.models.captioner import Captioner
 from catcap.models.decoders.state import DecoderState
-from catcap.models.decoders.transformer import TransformerDecoder
-from catcap.models.encoders.transformer import TransformerEncoder
-from catcap.registry import CROSS_ATTENTION
+from tiny_models import FEATURES as F
+from tiny_models import tiny_captioner
 
 PAD, BOS, EOS, A, B, C, D = range(7)
 
@@ -133,16 +132,14 @@ def test_max_len_closes_open_beams_with_eos():
 
 # ---- the real Transformer decoder ------------------------------------------------------------
 
-V, F, DIM = 30, 12, 16
 
 
-def make_model(seed: int = 0, eos_bias: float = 0.0, cross: str = "vanilla", **options) -> Captioner:
-    torch.manual_seed(seed)
-    enc = TransformerEncoder(F, DIM, 2, 2, 32, 0.1)
-    dec = TransformerDecoder(V, DIM, 2, 2, 32, 0.1, lambda: CROSS_ATTENTION.get(cross)(DIM, 2, 0.1, **options))
-    model = Captioner(enc, dec, bos_id=BOS, eos_id=EOS, pad_id=PAD).eval()
+def make_model(seed: int = 0, eos_bias: float = 0.0, cross: str = "vanilla", arch: str = "transformer",
+               **options) -> Captioner:
+    """The tiny Transformer, or (arch="m2") M2 (``tiny_models``), with a bias on <eos>."""
+    model = tiny_captioner(arch, cross, options, seed, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     with torch.no_grad():
-        dec.output.bias[EOS] += eos_bias  # captions of varied lengths from an untrained model
+        model.decoder.output.bias[EOS] += eos_bias  # captions of varied lengths from an untrained model
     return model
 
 
@@ -189,13 +186,17 @@ def test_cached_beam_search_equals_reference(seed, alpha, eos_bias, rules):
 
 HISTORY_VARIANTS = [("caca", {}), ("caca", {"strategy": "ihc", "shared": False}), ("caca", {"strategy": "ohc"}),
                     ("light_caca", {}), ("light_caca", {"strategy": "ohc"})]
+M2_VARIANTS = [("vanilla", {}), ("caca", {}), ("caca", {"placement": "gated"}), ("caca", {"shared": False}),
+               ("caca", {"strategy": "ihc", "placement": "gated"}), ("light_caca", {})]
 
 
-@pytest.mark.parametrize("cross, options", HISTORY_VARIANTS)
+@pytest.mark.parametrize("arch, cross, options", [("transformer", *v) for v in HISTORY_VARIANTS]
+                         + [("m2", *v) for v in M2_VARIANTS])
 @pytest.mark.parametrize("seed, eos_bias, rules", [(0, 0.6, {}), (1, 0.8, {"no_repeat_ngram": 3, "min_len": 2})])
-def test_beam_search_with_history_memory_equals_reference(cross, options, seed, eos_bias, rules):
-    """CACA's history memory rides in the decoder state and is reordered with the beams."""
-    model, (features, mask) = make_model(seed, eos_bias, cross, **options), regions(seed + 10)
+def test_beam_search_with_history_memory_equals_reference(arch, cross, options, seed, eos_bias, rules):
+    """CACA's history memory (one per encoder level in M2) rides in the decoder state and is
+    reordered with the beams; M2's per-image memory of every encoder level is never copied."""
+    model, (features, mask) = make_model(seed, eos_bias, cross, arch, **options), regions(seed + 10)
     kwargs = dict(beam_size=4, max_len=9, length_penalty=1.0, processors=build_processors(EOS, **rules), num_return=4)
     out = beam_search(model, features, mask, **kwargs)
     ref = reference_beam_search(model, features, mask, **kwargs)

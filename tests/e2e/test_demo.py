@@ -1,5 +1,6 @@
 """`catcap demo` end to end on a small world: trains, evaluates, beats the baseline."""
 
+import json
 import re
 import subprocess
 import sys
@@ -21,27 +22,33 @@ def test_demo_small_world_beats_the_most_frequent_caption(tmp_path):
     assert (tmp_path / "demo" / "model" / "training.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_demo_compare_prints_one_table_for_three_models(tmp_path):
+def test_demo_compare_prints_one_table_for_four_models(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path / "demo"), "--train-images", "200",
-         "--beam", "2", "--compare", "transformer,cat,lightcat", "train.epochs=1", "train.progress=false",
+         "--beam", "2", "--compare", "transformer,cat,lightcat,m2_caca", "train.epochs=1", "train.progress=false",
          "train.schedule.warmup=50", "train.eval_batch_size=100"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    header = re.search(r"^metric\s+tiny transformer\s+tiny cat\s+tiny lightcat\s+most frequent caption$", out, re.M)
+    header = re.search(r"^metric\s+tiny transformer\s+tiny cat\s+tiny lightcat\s+tiny m2_caca\s+most frequent caption$",
+                       out, re.M)
     assert header, out
-    assert re.search(r"^CIDEr(\s+[\d.]+){4}$", out, re.M), out
-    assert "  cat:" in out and "  lightcat:" in out and "  transformer:" in out
-    for name in ("transformer", "cat", "lightcat"):
+    assert re.search(r"^CIDEr(\s+[\d.]+){5}$", out, re.M), out
+    assert "  cat:" in out and "  lightcat:" in out and "  transformer:" in out and "  m2_caca:" in out
+    for name in ("transformer", "cat", "lightcat", "m2_caca"):
         assert (tmp_path / "demo" / "models" / name / "best" / "model.safetensors").exists()
     cat_config = (tmp_path / "demo" / "models" / "cat" / "best" / "config.json").read_text()
     assert '"cross_attention": "caca"' in cat_config and '"enabled": true' in cat_config
+    m2_config = json.loads((tmp_path / "demo" / "models" / "m2_caca" / "best" / "config.json").read_text())["config"]["model"]
+    assert (m2_config["encoder"], m2_config["decoder"], m2_config["cross_attention"], m2_config["memory_slots"]) == \
+        ("memory_augmented", "meshed", "caca", 40)
+    assert m2_config["d_model"] == 128  # the demo's tiny sizes, not the preset's paper size
 
 
 def test_demo_compare_rejects_an_unknown_preset(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path), "--compare", "transformer,catt"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "unknown model preset 'catt' for --compare; choose from: cat, lightcat, tiny, transformer" in proc.stderr
+    assert ("unknown model preset 'catt' for --compare; choose from: cat, lightcat, m2, m2_caca, m2_caca_gated, "
+            "m2_caca_tiny, m2_light_caca, m2_tiny, tiny, transformer") in proc.stderr
     assert not (tmp_path / "world").exists(), "presets are checked before any work starts"

@@ -1,16 +1,16 @@
 """The decoder contract (DESIGN.md): teacher-forced == cached steps; padded == unpadded;
-caches move with hypotheses — for every cross-attention variant and history strategy."""
+caches move with hypotheses — for every decoder (the Transformer's over one encoder level, M2's
+meshed one over every level of a memory-augmented encoder), every cross-attention variant and
+history strategy, and both placements of CACA's history in the meshed decoder."""
 
 import pytest
 import torch
 
-import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
-from catcap.models.captioner import Captioner
-from catcap.models.decoders.transformer import TransformerDecoder
-from catcap.models.encoders.transformer import TransformerEncoder
-from catcap.registry import CROSS_ATTENTION
+from tiny_models import FEATURES as F
+from tiny_models import VOCAB as V
+from tiny_models import tiny_captioner
 
-V, F, D = 30, 12, 16
+from catcap.models.captioner import Captioner
 
 
 VARIANTS = [
@@ -20,14 +20,17 @@ VARIANTS = [
     ("light_caca", {}), ("light_caca", {"strategy": "ihc"}), ("light_caca", {"strategy": "ohc"}),
     ("caca", {"normalize": False}), ("light_caca", {"normalize": False}),
 ]
-IDS = [name + "".join(f"-{v}" for v in opts.values()) for name, opts in VARIANTS]
+# M2: the same variants in the meshed decoder, and CACA's history after the gates
+MESHED = [("m2", name, opts) for name, opts in VARIANTS] + [
+    ("m2", "caca", {"placement": "gated"}), ("m2", "caca", {"placement": "gated", "strategy": "ihc"}),
+    ("m2", "caca", {"placement": "gated", "shared": False}), ("m2", "caca", {"placement": "gated", "strategy": "ohc"}),
+]
+VARIANTS = [("transformer", name, opts) for name, opts in VARIANTS] + MESHED
+IDS = ["-".join([arch, name, *map(str, opts.values())]) for arch, name, opts in VARIANTS]
 
 
-def make_model(cross: str = "vanilla", options: dict | None = None, seed: int = 0) -> Captioner:
-    torch.manual_seed(seed)
-    enc = TransformerEncoder(F, D, 2, 2, 32, 0.1)
-    dec = TransformerDecoder(V, D, 2, 2, 32, 0.1, lambda: CROSS_ATTENTION.get(cross)(D, 2, 0.1, **(options or {})))
-    return Captioner(enc, dec, bos_id=1, eos_id=2, pad_id=0).eval()
+def make_model(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0) -> Captioner:
+    return tiny_captioner(arch, cross, options, seed)
 
 
 def batch():

@@ -255,3 +255,46 @@ def test_region_fallbacks_grid_and_bars(tmp_path):
         _png_size(plot_image_attention(att, tmp_path / f"toy{n}.png"))
     with pytest.raises(ValueError, match="at least one HistoryCurve"):
         plot_history_weight([], tmp_path / "none.png")
+
+
+@pytest.fixture(scope="module")
+def m2_caca_checkpoint(world, tmp_path_factory):
+    """A tiny M2 + CACA (memory-augmented encoder with 2 levels, meshed decoder, one history per
+    level) trained for a few steps with AWC."""
+    out = tmp_path_factory.mktemp("m2caca")
+    items = {
+        "data.dataset": world.dataset, "data.features": world.features, "data.min_count": 1,
+        "model.feature_dim": 16, "model.d_model": 32, "model.num_heads": 2, "model.encoder_layers": 2,
+        "model.decoder_layers": 2, "model.d_ff": 64, "model.encoder": "memory_augmented", "model.decoder": "meshed",
+        "model.memory_slots": 3, "model.cross_attention": "caca", "train.awc.enabled": "true",
+        "out_dir": out, "train.batch_size": 12, "train.epochs": 1, "train.max_steps": 12,
+        "train.schedule.warmup": 10, "train.progress": "false",
+    }
+    api.train(None, [f"{k}={v}" for k, v in items.items()], log=lambda m: None)
+    return out / "last"
+
+
+@torch.no_grad()
+def test_m2_caca_history_weights_average_every_level_head(world, m2_caca_checkpoint, tmp_path, capsys):
+    """On M2 + CACA each decoder layer reports one history weight per encoder level and head
+    (2 levels x 2 heads here); the curve is their mean, step by step as the decoder computes it."""
+    cap = Captioner.from_pretrained(m2_caca_checkpoint, device="cpu")
+    records, store = _val(world)
+    manual = [_manual(cap, store.get(r.key).regions) for r in records]
+    curve = collect_history_weights(m2_caca_checkpoint, split="val", batch_size=4, max_len=MAX_LEN, progress=False,
+                                    device="cpu")
+    lengths = [len(t) for t, _ in manual]
+    expected = [np.mean([w[-1][k] for (_, w), n in zip(manual, lengths) if n > k]) for k in range(max(lengths))]
+    np.testing.assert_allclose(curve.mean, expected, atol=2e-6)
+    assert len(curve.per_head) == 4 and len(curve.beta) == 4  # level-heads, and their AWC betas
+    att = image_attention(cap, records[0].key, max_len=MAX_LEN)
+    for k in range(len(att.tokens)):
+        assert len(att.history_attention[k]) == k + 1
+        assert att.region_attention[k].sum() + att.history_weight[k] == pytest.approx(1.0, abs=1e-5)
+    out = tmp_path / "m2"
+    assert main(["analyze", "history", "--checkpoint", str(m2_caca_checkpoint), "--out", str(out), "--limit", "4",
+                 "--max-len", str(MAX_LEN), "--quiet"]) == 0
+    (entry,) = json.loads((out / "history_weight.json").read_text())["checkpoints"]
+    assert entry["label"] == "M2 + CACA + AWC" and entry["mean"] == pytest.approx(
+        collect_history_weights(m2_caca_checkpoint, limit=4, max_len=MAX_LEN, progress=False).mean)
+    _png_size(out / "history_weight.png")

@@ -10,11 +10,11 @@ ANALYZE_HELP = """\
 Look inside trained captioners.
 
 subcommands:
-  history   how CAT / LightCAT use their historical context memory (paper Fig. 5)
+  history   how CAT / LightCAT / M2 + (Light)CACA use their historical context memory (paper Fig. 5)
 """
 
 HISTORY_HELP = """\
-How much does a CAT / LightCAT decoder look back at its own history?
+How much does a CAT / LightCAT (or M2 + CACA / LightCACA) decoder look back at its own history?
 
 CACA (model.cross_attention=caca) and LightCACA (light_caca) let the decoder attend, at
 word t, to the image regions AND to a memory of its earlier attention contexts (history
@@ -22,7 +22,8 @@ entries 1..t), in one softmax. The weight that softmax puts on the history, summ
 entries, is the history weight a_t (0 = only the image, 1 = only the history). The
 adaptive weight constraint (train.awc.enabled=true) pulls a_t towards a learned target per
 layer and head. This command greedy-decodes --limit images of --split with each checkpoint
-and shows, for one decoder layer (--layer, default the top one), averaged over heads:
+and shows, for one decoder layer (--layer, default the top one), averaged over heads (in an
+M2 model over its encoder levels x heads: every level's attention has its own history weight):
 
   history_weight.png   one line per checkpoint: mean a_t at word position t = 1, 2, ...
                        over the images still generating at t (the lower panel counts them:

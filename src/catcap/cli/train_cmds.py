@@ -27,6 +27,9 @@ one plain line every 30 s when output goes to a file (CATCAP_PROGRESS_SECONDS).
 
 Models: model.cross_attention=vanilla|caca|light_caca (Transformer, CAT, LightCAT; options
 under model.history), train.awc.enabled=true adds CAT's adaptive weight constraint.
+model.encoder=memory_augmented model.decoder=meshed makes it M2 (memory slots per head:
+model.memory_slots; with caca, model.history.placement=per_level|gated says where the
+history lives): configs/models/m2.yaml, m2_caca.yaml, m2_light_caca.yaml; docs/m2.md.
 Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the CIDEr-D
 reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights: SCST
 scores them first and keeps them as best/ until an SCST epoch beats them).
@@ -48,6 +51,7 @@ examples:
   catcap train --config configs/experiments/demo.yaml model.cross_attention=caca train.awc.enabled=true
   catcap train --config configs/experiments/demo_scst.yaml          # SCST from the demo's model
   catcap train --config configs/models/cat.yaml data.dataset=D.json data.features=F.h5
+  catcap train --config configs/models/m2_caca.yaml data.dataset=D.json data.features=F.h5
 """
 
 
@@ -72,14 +76,16 @@ captions the test split with beam search, prints a metrics table next to a
 "most frequent caption" baseline and a few images' captions next to their references.
 Everything goes to --out (default runs/demo); an existing world there is reused.
 
-With --compare, trains several model presets (configs/models/NAME.yaml: their cross attention
-and AWC settings, at the demo's tiny size) on the same world and seed and prints one table,
-e.g. the Transformer, CAT (CACA + AWC) and LightCAT (LightCACA + AWC).
+With --compare, trains several model presets (configs/models/NAME.yaml: their encoder,
+decoder, cross attention, memory slots and AWC settings, at the demo's tiny size) on the same
+world and seed and prints one table, e.g. the Transformer, CAT (CACA + AWC), LightCAT
+(LightCACA + AWC), M2 (memory-augmented encoder + meshed decoder) and M2 + CACA.
 
 example:
   catcap demo
   catcap demo --out /tmp/demo train.epochs=2
   catcap demo --compare transformer,cat,lightcat
+  catcap demo --compare transformer,cat,m2,m2_caca
 """
 
 
@@ -151,7 +157,7 @@ def register(sub) -> None:
     demo.add_argument("--beam", type=int, default=3, help="beam size for the test captions (default 3)")
     demo.add_argument("--train-images", type=int, default=3000, help="training images of the world (default 3000)")
     demo.add_argument("--compare", metavar="A,B,..", default="",
-                      help="model presets to train and compare, e.g. transformer,cat,lightcat")
+                      help="model presets to train and compare, e.g. transformer,cat,m2,m2_caca")
     demo.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of configs/experiments/demo.yaml")
     demo.set_defaults(func=cmd_demo)
     syn = sub.add_parser("synth", help="make the built-in shapes world", description=SYNTH_HELP,

@@ -7,6 +7,13 @@ Masks are boolean and True means "may attend", everywhere. Keys/values are proje
 :meth:`MultiHeadAttention.project_kv` into a :class:`KeyValue` that callers keep (encoder
 memory once per image, self-attention caches step by step) and pass to ``forward``.
 Legend: B batch, T queries, M keys, D width, H heads, d_k = D / H.
+
+**Level-heads.** A decoder may attend to several encoder levels at once (M2's meshed cross
+attention reads every encoder layer's output, L levels). The same query is then attended to
+each level with the same weights, so the levels are folded into the head axis: level l's head h
+is level-head ``l * H + h`` (:meth:`MultiHeadAttention.project_kv_levels`,
+:func:`level_queries`, :meth:`MultiHeadAttention.merge_levels`), and every attention function
+works unchanged on ``L * H`` heads. With one level this is ordinary multi-head attention.
 """
 
 from __future__ import annotations
@@ -79,6 +86,19 @@ class MultiHeadAttention(nn.Module):
         """(B, M, D) keys/values input -> projected :class:`KeyValue`."""
         return KeyValue(self._split(self.k_proj(x)), self._split(self.v_proj(x)))
 
+    def project_kv_levels(self, memory: Tensor) -> KeyValue:
+        """(B, L, M, D) levels (or (B, M, D), one level) -> contiguous level-head keys/values
+        (B, L*H, M, d_k): the same projection applied to every level."""
+        if memory.dim() == 3:
+            memory = memory[:, None]
+        b, levels, m, _ = memory.shape
+
+        def split(x: Tensor) -> Tensor:
+            return x.view(b, levels, m, self.num_heads, self.d_k).permute(0, 1, 3, 2, 4).reshape(
+                b, levels * self.num_heads, m, self.d_k)
+
+        return KeyValue(split(self.k_proj(memory)), split(self.v_proj(memory)))
+
     def project_q(self, query: Tensor) -> Tensor:
         """(B, T, D) -> (B, H, T, d_k) projected queries."""
         return self._split(self.q_proj(query))
@@ -87,6 +107,12 @@ class MultiHeadAttention(nn.Module):
         """(B, H, T, d_k) head outputs -> (B, T, D) after W_O."""
         b, _, t, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(b, t, self.d_model))
+
+    def merge_levels(self, heads: Tensor, levels: int) -> Tensor:
+        """(B, L*H, T, d_k) level-head outputs -> (B, L, T, D): each level's heads merged by W_O."""
+        b, _, t, _ = heads.shape
+        x = heads.view(b, levels, self.num_heads, t, self.d_k).permute(0, 1, 3, 2, 4)
+        return self.out_proj(x.reshape(b, levels, t, self.d_model))
 
     def forward(self, query: Tensor, kv: KeyValue, mask: Tensor | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -100,20 +126,27 @@ class MultiHeadAttention(nn.Module):
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
-           need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+           need_weights: bool = False, explicit: bool = False) -> tuple[Tensor, Tensor | None]:
     """softmax(q k^T / sqrt(d_k)) v per head. q (B, H, T, d_k), k/v (B, H, M, d_k),
     mask (B, 1|T, M) or (B, H, T, M) bool, True = may attend. Every query row must be
-    allowed at least one key."""
+    allowed at least one key. PyTorch's fused kernel unless the weights are wanted or
+    ``explicit`` (scores, softmax and product as three operations)."""
     if mask is not None and mask.dim() == 3:
         mask = mask.unsqueeze(1)
-    if not need_weights:
+    if not need_weights and not explicit:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill_(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
-    return dropped @ v, weights
+    return dropped @ v, weights if need_weights else None
+
+
+def level_queries(q: Tensor, levels: int) -> Tensor:
+    """(B, H, T, d_k) projected queries -> (B, L*H, T, d_k) level-heads (the same query for
+    every level; no copy for one level)."""
+    return q if levels == 1 else q.repeat(1, levels, 1, 1)
 
 
 def causal_mask(length: int, device=None) -> Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Optional
 
 
 @dataclass
@@ -15,12 +15,16 @@ class HistoryConfig:
     shared: CACA's two passes share LayerNorm and attention weights (``false``: the final pass
     gets its own, Table 6); normalize: history entries go through the reading pass's LayerNorm
     before projection (see ``catcap.models.cross.context_assisted``; ``false`` = the literal
-    formula). ``caca`` reads all three, ``light_caca`` strategy and normalize, ``vanilla`` none.
+    formula); placement: where CACA's history lives in a meshed (M2) decoder — ``per_level``
+    one HCM per encoder level (each level's ``C(Y, X_i)`` becomes a CACA), ``gated`` one HCM of
+    the gated first pass shared by every level (docs/m2.md). ``caca`` reads all four,
+    ``light_caca`` strategy and normalize, ``vanilla`` none.
     """
 
     strategy: Literal["chc", "ihc", "ohc"] = "chc"
     shared: bool = True
     normalize: bool = True
+    placement: Literal["per_level", "gated"] = "per_level"
 
 
 @dataclass
@@ -28,8 +32,12 @@ class ModelConfig:
     """Sizes and part names of a captioner. Defaults are the paper's Transformer (SPEC.md §2).
 
     encoder / decoder / cross_attention name registered parts (``catcap.registry``):
-    cross_attention ``vanilla`` (Transformer), ``caca`` (CAT), ``light_caca`` (LightCAT);
-    history holds the CACA options;
+    encoder ``transformer`` or ``memory_augmented`` (M2: memory slots, every layer's output kept);
+    decoder ``transformer`` (reads the encoder's top level) or ``meshed`` (M2: every level, gated);
+    cross_attention ``vanilla`` (Transformer / M2), ``caca`` (CAT / M2 + CACA), ``light_caca``
+    (LightCAT / M2 + LightCACA); history holds the CACA options; memory_slots the learnable
+    slots per head of the encoder's self-attention (None: the encoder's default, 40 for
+    ``memory_augmented``, 0 for ``transformer``);
     feature_dim is the width F of the region features; max_len bounds caption positions.
     """
 
@@ -44,6 +52,7 @@ class ModelConfig:
     d_ff: int = 2048
     dropout: float = 0.1
     max_len: int = 64
+    memory_slots: Optional[int] = None
     history: HistoryConfig = field(default_factory=HistoryConfig)
 
     def __post_init__(self):
@@ -55,6 +64,8 @@ class ModelConfig:
             raise ConfigError(f"model.dropout must be < 1 (a probability), found {self.dropout!r}")
         if self.d_model % self.num_heads:
             raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
-        from catcap.models.builders import check_parts
+        if self.memory_slots is not None and self.memory_slots < 0:
+            raise ConfigError(f"model.memory_slots must be >= 0 (or null for the encoder's default), found {self.memory_slots!r}")
+        from catcap.models.parts import check_parts
 
         check_parts(self)

@@ -9,8 +9,10 @@ entries at step t of a caption of l real positions:
 
 averaged over the captions of the batch (each caption weighs the same, as the per-caption
 formula says). ``beta`` is one learnable scalar per layer and head (``mode="adaptive"``,
-initialised to ``beta``) or a constant (``mode="fixed"``). Legend: B captions, L layers,
-H heads, T positions.
+initialised to ``beta``) or a constant (``mode="fixed"``). In a meshed (M2) decoder every
+decoder layer attends to L encoder levels, each with its own history weight per head, so H
+counts level-heads (L x heads, ``catcap.models.parts.history_heads``): every (Light)CACA call
+gets its constraint. Legend: B captions, L layers, H heads, T positions.
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ def make_awc(cfg) -> AdaptiveWeightConstraint | None:
     awc = cfg.train.awc
     if not awc.enabled:
         return None
-    return AdaptiveWeightConstraint(cfg.model.decoder_layers, cfg.model.num_heads, awc.mode, awc.beta, awc.gamma, awc.eps)
+    from catcap.models.parts import history_heads
+
+    return AdaptiveWeightConstraint(cfg.model.decoder_layers, history_heads(cfg.model), awc.mode, awc.beta, awc.gamma,
+                                    awc.eps)
 
 
 def history_stats(extras: list[dict], mask: Tensor) -> dict:

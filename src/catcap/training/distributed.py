@@ -86,9 +86,18 @@ def setup_distributed(device_name: str = "auto", timeout_s: int = 1800) -> DistC
     return DistContext(rank, world, local_rank, device)
 
 
-def teardown(ctx: DistContext) -> None:
+def teardown(ctx: DistContext, wait: bool = True) -> None:
+    """Leave the process group. After a run that finished (``wait``) every rank first waits for
+    the others (a barrier), so that no rank tears the group down while another is still in a
+    collective (a 2-process CPU run once ended with "terminate called without an active
+    exception" on rank 1 after training had finished); after an error it leaves at once, so
+    that torchrun sees the failed rank instead of a rank blocked in a barrier."""
     if ctx.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            if wait:
+                dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def all_sum(values: Sequence[float], ctx: DistContext) -> list[float]:

@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from catcap.models.parts import history_heads, model_name
 from catcap.progress import progress_bar
 
 HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions with a historical context memory
@@ -251,7 +252,7 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
     cap.check_store(store)
     check_features(store, [r.key for r in records], cap.config.model.feature_dim)
     processors = _processors(cap.vocab)
-    heads = cap.config.model.num_heads
+    heads = history_heads(cap.config.model)  # level-heads in a meshed (M2) decoder
     sums = np.zeros((heads, max_len + 1))
     counts = np.zeros(max_len + 1, dtype=np.int64)
     captions = {}
@@ -287,9 +288,10 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
 
 
 def default_label(captioner) -> str:
-    """``CAT`` / ``LightCAT`` plus ``+ AWC`` or ``no AWC`` (from the experiment config)."""
+    """``CAT`` / ``LightCAT`` / ``M2 + CACA`` / ``M2 + LightCACA`` plus ``+ AWC`` or ``no AWC``
+    (from the experiment config)."""
     cfg = captioner.config
-    name = {"caca": "CAT", "light_caca": "LightCAT"}.get(cfg.model.cross_attention, cfg.model.cross_attention)
+    name = model_name(cfg.model)
     return f"{name} + AWC" if cfg.train.awc.enabled else f"{name}, no AWC"
 
 

@@ -25,7 +25,17 @@ decoder state. Region keys/values are projected once per image; with shared weig
 query projection and the region keys/values serve both passes. Every call returns extras:
 ``history_weight`` a_t (B, H, T) (the AWC loss's input), ``region_attention`` (B, H, T, N) and
 ``history_attention`` (B, H, T, M) of the final pass (None where a block is absent).
-Legend: B images, G hypotheses per image, R = B * G, T positions, N regions, D width, H heads.
+
+Several encoder levels (M2's meshed decoder, :mod:`catcap.models.cross.mix`): every pass attends
+the same query to each level ``X_i`` (level-heads) and the mix combines the per-level results.
+``placement`` says where the history lives: ``per_level`` (default) — each level's CACA keeps
+its own HCM of ``c_tmp_i = q_t + MHA(q_ln, X_i)`` and its final pass reads ``[X_i; HCM_i]``, i.e.
+every ``C(Y, X_i)`` of M2 becomes a CACA, as the paper replaces each TCA; ``gated`` — one HCM
+per layer of the gated first pass ``c_tmp = q_t + Mix(q_ln, [MHA(q_ln, X_i)]_i)``, read by every
+level's final pass (docs/m2.md). LightCACA's entries are the queries, the same for every level,
+so it keeps one HCM per layer either way. With one level the two placements are the same.
+Legend: B images, G hypotheses per image, R = B * G, T positions, N regions, D width, H heads
+(L*H level-heads), L levels.
 """
 
 from __future__ import annotations
@@ -35,19 +45,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from catcap.models.attention import KeyValue, MultiHeadAttention, attend
+from catcap.models.attention import KeyValue, MultiHeadAttention, attend, level_queries
 from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, _group_rows, _ungroup_rows,
                                          attend_after_regions, attend_regions, attend_with_history)
+from catcap.models.cross.mix import TopLevel, memory_levels
 from catcap.registry import CROSS_ATTENTION
 
 STRATEGIES = ("chc", "ihc", "ohc")
+PLACEMENTS = ("per_level", "gated")
 
 
 @dataclass
 class PreparedRegions:
-    """Region keys/values, once per image: ``first`` (B, H, N, d_k) for the first pass (SDPA),
-    ``final`` for the final pass, made contiguous (:meth:`KeyValue.contiguous`) (from the same
-    projection when weights are shared; None for OHC, which ignores regions)."""
+    """Level-head region keys/values, once per image: ``first`` (B, L*H, N, d_k) for the first
+    pass, ``final`` for the final pass, both contiguous (:meth:`KeyValue.contiguous`; from the
+    same projection when weights are shared; None for OHC, which ignores regions)."""
 
     first: KeyValue | None
     final: KeyValue | None
@@ -70,9 +82,10 @@ def _extras(out: HistoryAttention) -> dict:
 
 
 class _WithHistory(nn.Module):
-    """Shared parts of CACA and LightCACA: the (first) LayerNorm + MHA, dropout, strategy."""
+    """Shared parts of CACA and LightCACA: the (first) LayerNorm + MHA, dropout, strategy, mix."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc", normalize: bool = True):
+    def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc", normalize: bool = True,
+                 mix: nn.Module | None = None):
         super().__init__()
         if strategy not in STRATEGIES:
             raise ValueError(f"history strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -80,6 +93,11 @@ class _WithHistory(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.dropout = nn.Dropout(dropout)
+        self.mix = mix if mix is not None else TopLevel()
+
+    @property
+    def levels(self) -> int:
+        return self.mix.levels
 
     @property
     def _p(self) -> float:
@@ -88,16 +106,21 @@ class _WithHistory(nn.Module):
     def init_cache(self, rows: int) -> HistoricalContextMemory:
         return HistoricalContextMemory()
 
-    def _final(self, q: Tensor, qh: Tensor, regions: KeyValue | None, memory_mask: Tensor,
+    def _final(self, q: Tensor, q_ln: Tensor, qh: Tensor, regions: KeyValue | None, memory_mask: Tensor,
                history: KeyValue | None, mask: Tensor | None, attn: MultiHeadAttention, group: int):
-        """c = q + MHA over [regions; history] -> (c, extras). Without attention dropout the
-        regions and the history are attended block by block (same result, no concatenation)."""
+        """c = q + Mix(q_ln, MHA over [regions; history] per level) -> (c, extras); qh the
+        level-head query. Without attention dropout the regions and the history are attended
+        block by block (same result, no concatenation)."""
         if self._p == 0.0 and self.strategy != "ohc":
             out = attend_after_regions(qh, attend_regions(qh, regions, memory_mask, group), history, mask)
         else:
             out = attend_with_history(qh, None if self.strategy == "ohc" else regions, memory_mask,
                                       history, mask, group, self._p)
-        return q + self.dropout(attn.merge(out.heads)), _extras(out)
+        return self._output(q, q_ln, out.heads, attn), _extras(out)
+
+    def _output(self, q: Tensor, q_ln: Tensor, heads: Tensor, attn: MultiHeadAttention) -> Tensor:
+        """Level-head outputs (R, L*H, T, d_k) -> c = q + Dropout(Mix(q_ln, W_O per level))."""
+        return q + self.dropout(self.mix(q_ln, attn.merge_levels(heads, self.levels)))
 
     def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> KeyValue | None:
         """The entries the current step attends to: up to t-1 for ``ihc``, up to t otherwise."""
@@ -109,9 +132,11 @@ class ContextAssistedCrossAttention(_WithHistory):
     """CACA: first pass over regions, final pass over [regions; c_tmp_1..t] (see module doc)."""
 
     def __init__(self, d_model: int, num_heads: int, dropout: float, strategy: str = "chc", shared: bool = True,
-                 normalize: bool = True):
-        super().__init__(d_model, num_heads, dropout, strategy, normalize)
-        self.shared = shared
+                 normalize: bool = True, placement: str = "per_level", mix: nn.Module | None = None):
+        super().__init__(d_model, num_heads, dropout, strategy, normalize, mix)
+        if placement not in PLACEMENTS:
+            raise ValueError(f"history placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+        self.shared, self.placement = shared, placement
         if not shared:
             self.final_norm = nn.LayerNorm(d_model)
             self.final_attn = MultiHeadAttention(d_model, num_heads, dropout)
@@ -120,14 +145,22 @@ class ContextAssistedCrossAttention(_WithHistory):
         return (self.norm, self.attn) if self.shared else (self.final_norm, self.final_attn)
 
     def prepare(self, memory: Tensor) -> PreparedRegions:
-        """(B, N, D) -> region keys/values for both passes, once per image."""
-        first = self.attn.project_kv(memory)
+        """(B, N, D) or (B, L', N, D) -> level-head region keys/values for both passes, once per image."""
+        levels = memory_levels(memory, self.levels)
+        first = self.attn.project_kv_levels(levels)
         if self.strategy == "ohc":
             return PreparedRegions(first, None)
-        return PreparedRegions(first, (first if self.shared else self.final_attn.project_kv(memory)).contiguous())
+        return PreparedRegions(first, first if self.shared else self.final_attn.project_kv_levels(levels))
 
-    def _final_query(self, q: Tensor, qh: Tensor) -> Tensor:
-        return qh if self.shared else self.final_attn.project_q(self.final_norm(q))
+    def _queries(self, q: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """q (R, T, D) -> LN(q) and its level-head projection for the first pass, and the same
+        for the final pass (the same tensors when weights are shared)."""
+        q_ln = self.norm(q)
+        qh = level_queries(self.attn.project_q(q_ln), self.levels)
+        if self.shared:
+            return q_ln, qh, q_ln, qh
+        final_ln = self.final_norm(q)
+        return q_ln, qh, final_ln, level_queries(self.final_attn.project_q(final_ln), self.levels)
 
     def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None,
                 group: int = 1):
@@ -135,62 +168,68 @@ class ContextAssistedCrossAttention(_WithHistory):
         (B, N), query_mask (R, T) True = real -> c (R, T, D), extras."""
         if query_mask is None:
             query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
-        qh = self.attn.project_q(self.norm(q))
+        q_ln, qh, final_ln, final_qh = self._queries(q)
         mask = history_mask(query_mask, self.strategy)
         if self._one_score_pass:
-            return self._shared_passes(q, qh, prepared, memory_mask, lambda c_tmp: self._entry(c_tmp), mask, group)[:2]
-        b = memory_mask.shape[0]
-        first, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
-        c_tmp = q + self.dropout(self.attn.merge(_ungroup_rows(first, group)))
-        _, final_attn = self._final_parts()
-        return self._final(q, self._final_query(q, qh), prepared.final, memory_mask, self._entry(c_tmp),
-                           mask, final_attn, group)
+            return self._shared_passes(q, q_ln, qh, prepared, memory_mask, self._entry, mask, group)[:2]
+        c_tmp = self._c_tmp(q, q_ln, self._first_pass(qh, prepared, memory_mask, group))
+        return self._final(q, final_ln, final_qh, prepared.final, memory_mask, self._entry(c_tmp), mask,
+                           self._final_parts()[1], group)
 
     def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
         """q (R, 1, D) -> c (R, 1, D), the memory with c_tmp_t appended, extras (T = 1)."""
-        b = memory_mask.shape[0]
-        qh = self.attn.project_q(self.norm(q))  # (R, H, 1, d_k)
+        q_ln, qh, final_ln, final_qh = self._queries(q)
         if self._one_score_pass:
             grown = []
 
             def history(c_tmp):  # append c_tmp_t, then read what the strategy allows
-                grown.append(cache.appended(self._entry_kv(c_tmp)))
+                grown.append(cache.appended(self._entry(c_tmp)))
                 return self._visible(cache, grown[0])
 
-            c, extras, _ = self._shared_passes(q, qh, prepared, memory_mask, history, None, group)
+            c, extras, _ = self._shared_passes(q, q_ln, qh, prepared, memory_mask, history, None, group)
             return c, grown[0], extras
-        first, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
-        c_tmp = q + self.dropout(self.attn.merge(_ungroup_rows(first, group)))
-        _, final_attn = self._final_parts()
-        after = cache.appended(self._entry_kv(c_tmp))
-        c, extras = self._final(q, self._final_query(q, qh), prepared.final, memory_mask,
-                                self._visible(cache, after), None, final_attn, group)
+        c_tmp = self._c_tmp(q, q_ln, self._first_pass(qh, prepared, memory_mask, group))
+        after = cache.appended(self._entry(c_tmp))
+        c, extras = self._final(q, final_ln, final_qh, prepared.final, memory_mask, self._visible(cache, after), None,
+                                self._final_parts()[1], group)
         return c, after, extras
 
     @property
     def _one_score_pass(self) -> bool:
         """Shared weights and no attention dropout: both passes from one set of region scores
-        (:func:`attend_twice_shared`, exact). With dropout in training each pass draws its own
+        (:func:`attend_after_regions`, exact). With dropout in training each pass draws its own
         mask, so the two passes are computed separately."""
         return self.shared and self._p == 0.0
 
-    def _entry_kv(self, c_tmp: Tensor) -> KeyValue:
-        """History entries' keys/values: the final pass's projection of (normalised) c_tmp."""
-        final_norm, final_attn = self._final_parts()
-        return final_attn.project_kv(final_norm(c_tmp) if self.normalize else c_tmp)
+    def _first_pass(self, qh: Tensor, prepared: PreparedRegions, memory_mask: Tensor, group: int) -> Tensor:
+        """Level-head first-pass outputs (R, L*H, T, d_k) over the regions (attention dropout on)."""
+        b = memory_mask.shape[0]
+        first, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
+        return _ungroup_rows(first, group)
+
+    def _c_tmp(self, q: Tensor, q_ln: Tensor, heads: Tensor) -> Tensor:
+        """First-pass level-head outputs -> c_tmp: per level (R, L, T, D) ``q + MHA(q_ln, X_i)``,
+        or gated (R, T, D) ``q + Mix(q_ln, ..)``."""
+        attended = self.attn.merge_levels(heads, self.levels)  # (R, L, T, D)
+        if self.placement == "gated":
+            return q + self.dropout(self.mix(q_ln, attended))
+        return q[:, None] + self.dropout(attended)
 
     def _entry(self, c_tmp: Tensor) -> KeyValue:
-        return self._entry_kv(c_tmp).contiguous()
+        """History entries' keys/values: the final pass's projection of (normalised) c_tmp —
+        (R, L*H, T, d_k) per level, or (R, H, T, d_k) for one gated c_tmp."""
+        final_norm, final_attn = self._final_parts()
+        return final_attn.project_kv_levels(final_norm(c_tmp) if self.normalize else c_tmp)
 
-    def _shared_passes(self, q, qh, prepared: PreparedRegions, memory_mask, history_of, mask, group):
+    def _shared_passes(self, q, q_ln, qh, prepared: PreparedRegions, memory_mask, history_of, mask, group):
         """Shared-weight CACA with one set of region scores (:func:`attend_regions`, then
         :func:`attend_after_regions`); ``history_of(c_tmp)`` gives the history keys the final
         pass reads. -> (c, extras, c_tmp)."""
-        regions = prepared.first.contiguous() if prepared.final is None else prepared.final
+        regions = prepared.first if prepared.final is None else prepared.final
         first = attend_regions(qh, regions, memory_mask, group)
-        c_tmp = q + self.dropout(self.attn.merge(first.heads))
+        c_tmp = self._c_tmp(q, q_ln, first.heads)
         out = attend_after_regions(qh, first, history_of(c_tmp), mask, self.strategy != "ohc")
-        return q + self.dropout(self.attn.merge(out.heads)), _extras(out), c_tmp
+        return self._output(q, q_ln, out.heads, self.attn), _extras(out), c_tmp
 
 
 @CROSS_ATTENTION.register("light_caca")
@@ -198,8 +237,14 @@ class LightContextAssistedCrossAttention(_WithHistory):
     """LightCACA: one pass over [regions; q_1..q_t] (see module doc)."""
 
     def prepare(self, memory: Tensor) -> PreparedRegions:
-        """(B, N, D) -> region keys/values, once per image (None for OHC)."""
-        return PreparedRegions(None, None if self.strategy == "ohc" else self.attn.project_kv(memory).contiguous())
+        """(B, N, D) or (B, L', N, D) -> level-head region keys/values, once per image (None for OHC)."""
+        if self.strategy == "ohc":
+            return PreparedRegions(None, None)
+        return PreparedRegions(None, self.attn.project_kv_levels(memory_levels(memory, self.levels)))
+
+    def _entry(self, q: Tensor, q_ln: Tensor) -> KeyValue:
+        """History entries: the projected (normalised) queries, (R, H, T, d_k), one HCM for all levels."""
+        return self.attn.project_kv_levels(q_ln if self.normalize else q)
 
     def forward(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, query_mask: Tensor | None = None,
                 group: int = 1):
@@ -208,14 +253,14 @@ class LightContextAssistedCrossAttention(_WithHistory):
         if query_mask is None:
             query_mask = torch.ones(q.shape[:2], dtype=torch.bool, device=q.device)
         q_ln = self.norm(q)
-        qh = self.attn.project_q(q_ln)
-        return self._final(q, qh, prepared.final, memory_mask, self.attn.project_kv(q_ln if self.normalize else q).contiguous(),
+        qh = level_queries(self.attn.project_q(q_ln), self.levels)
+        return self._final(q, q_ln, qh, prepared.final, memory_mask, self._entry(q, q_ln),
                            history_mask(query_mask, self.strategy), self.attn, group)
 
     def step(self, q: Tensor, prepared: PreparedRegions, memory_mask: Tensor, cache: HistoricalContextMemory, group: int):
         """q (R, 1, D) -> c (R, 1, D), the memory with q_t appended, extras (T = 1)."""
         q_ln = self.norm(q)
-        qh = self.attn.project_q(q_ln)
-        after = cache.appended(self.attn.project_kv(q_ln if self.normalize else q))
-        c, extras = self._final(q, qh, prepared.final, memory_mask, self._visible(cache, after), None, self.attn, group)
+        qh = level_queries(self.attn.project_q(q_ln), self.levels)
+        after = cache.appended(self._entry(q, q_ln))
+        c, extras = self._final(q, q_ln, qh, prepared.final, memory_mask, self._visible(cache, after), None, self.attn, group)
         return c, after, extras

@@ -8,8 +8,14 @@ computed separately, joined for one softmax, and split again:
     s = [q K_X^T, q K_HCM^T] / sqrt(d_k),  alpha = softmax(s),
     out = alpha_X V_X + alpha_HCM V_HCM,    a = sum_i alpha_HCM,i  (the history weight)
 
-Legend: B images, G hypotheses per image, R = B * G rows, H heads, T queries per row,
-N regions, M history entries, d_k = D / H. Masks are bool, True = may attend.
+Several encoder levels (M2): queries and region keys are level-heads (L*H of them, see
+:mod:`catcap.models.attention`); a history is either one per level (L*H heads, CACA's default
+in a meshed decoder) or one shared by every level (H heads: LightCACA, whose entries are the
+queries, and CACA with ``placement="gated"``). A shared history is scored once, with the
+query's first level (every level's query is the same), and its result is broadcast to the levels.
+
+Legend: B images, G hypotheses per image, R = B * G rows, H heads (L*H level-heads), T
+queries per row, N regions, M history entries, d_k = D / H. Masks are bool, True = may attend.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ class HistoricalContextMemory:
 class HistoryAttention:
     """Result of :func:`attend_with_history`: heads (R, H, T, d_k), the final-pass weights on
     regions (R, H, T, N) (``None`` without regions) and on history (R, H, T, M) (``None``
-    without history), and the history weight ``a`` (R, H, T)."""
+    without history), and the history weight ``a`` (R, H, T); H counts level-heads."""
 
     heads: Tensor
     region_weights: Tensor | None
@@ -68,14 +74,35 @@ def _ungroup_rows(x: Tensor, g: int) -> Tensor:
     return x.view(b, h, g, gt // g, k).transpose(1, 2).reshape(b * g, h, gt // g, k)
 
 
+def _by_level(x: Tensor, heads: int) -> Tensor:
+    """(R, L*heads, ...) -> (R, L, heads, ...): a view that broadcasts against a shared history."""
+    return x.view(x.shape[0], x.shape[1] // heads, heads, *x.shape[2:])
+
+
+def _history_scores(q: Tensor, history: KeyValue) -> Tensor:
+    """q (R, L*H, T, d_k) against history keys with L*H or H heads -> scores (R, heads of the
+    history, T, M), scaled by 1/sqrt(d_k) (a shared history is scored with the first level's
+    query, the same as every level's)."""
+    heads = history.k.shape[1]
+    return (q[:, :heads] @ history.k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))
+
+
+def _history_values(weights: Tensor, history: KeyValue) -> Tensor:
+    """weights (R, L'*H', T, M) over the entries (H' heads) -> sum_m w_m V_m, (R, L'*H', T, d_k):
+    a history shared by the levels (L' > 1) is read by every level."""
+    part = _by_level(weights, history.v.shape[1]) @ history.v[:, None]  # (R, L', H', T, d_k)
+    return part.view(*weights.shape[:3], -1)
+
+
 def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor | None,
                         history: KeyValue | None, history_mask: Tensor | None, group: int = 1,
                         dropout: float = 0.0) -> HistoryAttention:
     """One softmax over regions and history.
 
-    q (R, H, T, d_k); regions: contiguous keys of B images (N each) with region_mask (B, N), or None
-    (OHC); history: keys of R rows (M each) with history_mask broadcastable to (R, 1, T, M) or
-    None (all allowed), or history None (no entries yet). Every query must be allowed a key.
+    q (R, L*H, T, d_k); regions: contiguous level-head keys of B images (N each) with region_mask
+    (B, N), or None (OHC); history: keys of R rows (M each; L*H or H heads) with history_mask
+    broadcastable to (R, 1, T, M) or None (all allowed), or history None (no entries yet).
+    Every query must be allowed a key.
     """
     rows, _, t, d_k = q.shape
     scale = 1.0 / math.sqrt(d_k)
@@ -85,8 +112,11 @@ def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor
         s = (_group_rows(q, b, group) @ regions.k.transpose(-2, -1)).mul_(scale)  # (B, H, G*T, N)
         blocks.append(_ungroup_rows(s.masked_fill_(~region_mask[:, None, None, :], float("-inf")), group))
     if history is not None:
-        s = (q @ history.k.transpose(-2, -1)).mul_(scale)  # (R, H, T, M)
-        blocks.append(s if history_mask is None else s.masked_fill_(~history_mask, float("-inf")))
+        s = _history_scores(q, history)  # (R, H', T, M)
+        s = s if history_mask is None else s.masked_fill_(~history_mask, float("-inf"))
+        if s.shape[1] != q.shape[1]:  # a shared history: the same scores for every level
+            s = s[:, None].expand(rows, q.shape[1] // s.shape[1], *s.shape[1:]).reshape(rows, q.shape[1], t, -1)
+        blocks.append(s)
     if not blocks:
         raise ValueError("attention needs regions or history entries; OHC at the first step needs its own entry")
     weights = torch.cat(blocks, dim=-1).softmax(dim=-1)
@@ -96,7 +126,7 @@ def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor
     if regions is not None:
         parts.append(_ungroup_rows(_group_rows(dropped[..., :n], b, group) @ regions.v, group))
     if history is not None:
-        parts.append(dropped[..., n:] @ history.v)
+        parts.append(_history_values(dropped[..., n:], history))
     heads = parts[0] if len(parts) == 1 else parts[0] + parts[1]
     history_weights = weights[..., n:] if history is not None else None
     total = history_weights.sum(-1) if history is not None else q.new_zeros(rows, q.shape[1], t)
@@ -135,16 +165,22 @@ def attend_after_regions(q: Tensor, first: RegionPass, history: KeyValue | None,
         a   = Z_HCM / (Z_X + Z_HCM) = sigmoid(logsumexp(s_HCM) - logsumexp(s_X))
 
     — exactly :func:`attend_with_history`, without attending to the regions a second time.
-    ``regions_in_final=False`` (OHC): a = 1. q (R, H, T, d_k); history (R rows) or None.
+    ``regions_in_final=False`` (OHC): a = 1. q (R, L*H, T, d_k); history (R rows, L*H or H
+    heads) or None.
     """
     if history is None:  # IHC's first step: nothing to look back at
-        return HistoryAttention(first.heads, first.weights, None, q.new_zeros(q.shape[:3]))
-    s = (q @ history.k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))  # (R, H, T, M)
+        return HistoryAttention(first.heads, first.weights, None, first.heads.new_zeros(first.heads.shape[:3]))
+    s = _history_scores(q, history)  # (R, H', T, M)
     if history_mask is not None:
         s = s.masked_fill_(~history_mask, float("-inf"))
     log_norm = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf where a query sees no entry (IHC, t = 1)
     alpha = (s - log_norm.nan_to_num(neginf=0.0)).exp_()
-    a = torch.sigmoid(log_norm - first.log_norm) if regions_in_final else torch.ones_like(log_norm)
-    heads = torch.lerp(first.heads, alpha @ history.v, a)  # (1 - a) * first + a * history part
-    region_weights = first.weights * (1 - a) if regions_in_final else None
-    return HistoryAttention(heads, region_weights, alpha * a, a[..., 0])
+    heads = history.k.shape[1]
+    a = (torch.sigmoid(_by_level(log_norm, heads) - _by_level(first.log_norm, heads)) if regions_in_final
+         else torch.ones_like(_by_level(first.log_norm, heads)))  # (R, L', H', T, 1)
+    shape = first.heads.shape[:3]
+    read = _history_values(alpha, history)[:, None]  # (R, 1, H', T, d_k)
+    mixed = torch.lerp(_by_level(first.heads, heads), read, a)  # (1 - a) first + a history
+    region_weights = (_by_level(first.weights, heads) * (1 - a)).view(*shape, -1) if regions_in_final else None
+    history_weights = (alpha[:, None] * a).view(*shape, -1)
+    return HistoryAttention(mixed.view(*shape, -1), region_weights, history_weights, a.view(shape))

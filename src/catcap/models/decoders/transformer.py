@@ -3,8 +3,12 @@
 Layer n (pre-norm residual blocks; SPEC.md §2-3):
 
     h = x + SelfAttn(LN(x))               masked self-attention (cache: keys/values so far)
-    c = CrossAttention(h, X)              c = h + Attn(LN(h), X) — vanilla, CACA, ...
+    c = CrossAttention(h, X)              c = h + Mix(LN(h), [Attn(LN(h), X_i)]_i) — vanilla, CACA, ...
     y = c + FFN(LN(c))
+
+The cross attention's mix decides which encoder levels X_i it reads
+(:mod:`catcap.models.cross.mix`): the Transformer decoder reads the encoder's top level; the
+meshed decoder (M2, :class:`MeshedDecoder`) reads every level the encoder keeps, through gates.
 
 then a final LayerNorm and ``p_t = softmax(W_p y_t + b_p)``. Word embeddings are initialised
 N(0, 1/D) and scaled by sqrt(D) (Vaswani et al.; entries of unit variance, the scale of the
@@ -21,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from catcap.models.attention import MultiHeadAttention, causal_mask
+from catcap.models.cross.mix import MeshedGates, TopLevel
 from catcap.models.decoders.state import DecoderState
 from catcap.models.layers import FeedForward, SinusoidalPositions
 from catcap.models.linear import Linear
@@ -57,10 +62,17 @@ class DecoderLayer(nn.Module):
 
 @DECODERS.register("transformer")
 class TransformerDecoder(nn.Module):
-    """Token ids -> logits (B, T, V), in parallel (teacher forcing) or step by step."""
+    """Token ids -> logits (B, T, V), in parallel (teacher forcing) or step by step.
+
+    ``make_cross(mix)`` makes one layer's cross attention around the mix the decoder chooses
+    (:meth:`make_mix`); ``memory_levels`` is how many levels the encoder keeps (the meshed
+    decoder reads them all, this one the top level)."""
+
+    meshed = False  # reads every encoder level (M2) rather than the top one
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
-                 dropout: float, make_cross: Callable[[], nn.Module], max_len: int = 128, pad_id: int = 0):
+                 dropout: float, make_cross: Callable[[nn.Module], nn.Module], max_len: int = 128, pad_id: int = 0,
+                 memory_levels: int = 1):
         super().__init__()
         self.d_model = d_model
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
@@ -68,21 +80,28 @@ class TransformerDecoder(nn.Module):
         with torch.no_grad():
             self.embed.weight[pad_id].zero_()
         self.positions = SinusoidalPositions(d_model, max_len)
-        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, make_cross()) for _ in range(num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout,
+                                                 make_cross(self.make_mix(d_model, memory_levels)))
+                                    for _ in range(num_layers))
         self.norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.output = Linear(d_model, vocab_size)
+
+    @staticmethod
+    def make_mix(d_model: int, memory_levels: int) -> nn.Module:
+        """The Transformer's cross attention reads the encoder's top level only."""
+        return TopLevel()
 
     def _embed(self, tokens: Tensor, offset: int) -> Tensor:
         return self.dropout(self.positions(self.embed(tokens) * math.sqrt(self.d_model), offset))
 
     def prepare(self, memory: Tensor) -> list:
-        """Per-layer keys/values of the encoder output, once per image."""
+        """Per-layer keys/values of the encoder output (B, L, N, D) (or (B, N, D)), once per image."""
         return [layer.cross.prepare(memory) for layer in self.layers]
 
     def forward(self, tokens: Tensor, token_mask: Tensor, memory: Tensor, memory_mask: Tensor, group: int = 1):
         """tokens (R, T) input ids, token_mask (R, T) True = real -> logits (R, T, V), extras per
-        layer. R = B * group: ``group`` captions per image of memory (B, N, D), image-major; the
+        layer. R = B * group: ``group`` captions per image of memory (B, L, N, D), image-major; the
         memory is prepared once per image and shared by its captions."""
         t = tokens.shape[1]
         self_mask = causal_mask(t, tokens.device)[None] & token_mask[:, None, :]
@@ -109,3 +128,18 @@ class TransformerDecoder(nn.Module):
             caches.append(cache)
             extras.append(extra)
         return self.output(self.norm(x))[:, 0], state.advanced(caches), extras
+
+
+@DECODERS.register("meshed")
+class MeshedDecoder(TransformerDecoder):
+    """M2's meshed decoder (SPEC.md §5): the Transformer decoder whose cross attention, in
+    every layer, attends to each of the L encoder levels and combines them with learned gates
+    ``alpha_i = sigmoid(W_i [LN(q); A_i] + b_i)`` as ``sum_i alpha_i * A_i / sqrt(L)``
+    (:class:`~catcap.models.cross.mix.MeshedGates`). Any cross-attention variant plugs in:
+    ``vanilla`` is M2, ``caca`` M2 + CACA, ``light_caca`` M2 + LightCACA."""
+
+    meshed = True
+
+    @staticmethod
+    def make_mix(d_model: int, memory_levels: int) -> nn.Module:
+        return MeshedGates(d_model, memory_levels)

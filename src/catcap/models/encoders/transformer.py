@@ -3,13 +3,21 @@
 Regions get no positional encoding. Blocks are pre-norm residual blocks
 (``x + SubLayer(LayerNorm(x))``) with a final LayerNorm, the same residual form the decoder's
 cross attention (and CACA) uses.
+
+Encoders return their memory as levels, (B, L, N, D): the Transformer encoder one level (its
+output), M2's memory-augmented encoder (:class:`MemoryAugmentedEncoder`) the output of every
+layer, each through its own LayerNorm. Either may append ``m`` learnable memory slots to its
+self-attention's keys and values (:class:`MemorySlots`).
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
 from torch import Tensor, nn
 
-from catcap.models.attention import MultiHeadAttention
+from catcap.models.attention import KeyValue, MultiHeadAttention
 from catcap.models.layers import FeedForward, rows_through
 from catcap.models.linear import Linear
 from catcap.registry import ENCODERS
@@ -26,35 +34,90 @@ class FeatureProjection(nn.Module):
         return rows_through(self.net, features)
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention over regions + FFN, pre-norm residual."""
+class MemorySlots(nn.Module):
+    """M2's persistent memory (memory-augmented attention): ``m`` learnable slots per head
+    appended to the self-attention's keys and values,
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float):
+        K = [W_k X; sqrt(d_k) M_k],   V = [W_v X; sqrt(m) M_v],
+
+    with M_k ~ N(0, (1/d_k)^2) and M_v ~ N(0, (1/m)^2) at init, as the official code. The
+    slots are the same for every image and attendable by every query."""
+
+    def __init__(self, num_slots: int, num_heads: int, d_k: int):
+        super().__init__()
+        self.num_slots, self.d_k = num_slots, d_k
+        self.keys = nn.Parameter(torch.empty(num_heads, num_slots, d_k).normal_(0.0, 1.0 / d_k))  # M_k (H, m, d_k)
+        self.values = nn.Parameter(torch.empty(num_heads, num_slots, d_k).normal_(0.0, 1.0 / num_slots))  # M_v
+
+    def extend(self, kv: KeyValue, mask: Tensor) -> tuple[KeyValue, Tensor]:
+        """kv (B, H, N, d_k), mask (B, 1, N) -> keys/values (B, H, N + m, d_k) with the scaled
+        slots appended once per call (not per query), and the mask with the slots allowed."""
+        b = kv.k.shape[0]
+        slots = KeyValue((self.keys * math.sqrt(self.d_k)).expand(b, -1, -1, -1),
+                         (self.values * math.sqrt(self.num_slots)).expand(b, -1, -1, -1))
+        return kv.cat(slots), torch.cat([mask, mask.new_ones(b, 1, self.num_slots)], dim=-1)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention over regions (optionally memory-augmented) + FFN, pre-norm residual."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float, memory_slots: int = 0):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.slots = MemorySlots(memory_slots, num_heads, d_model // num_heads) if memory_slots else None
         self.ffn = FeedForward(d_model, d_ff)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x (B, N, D), mask (B, N) True = real region."""
         h = self.norm1(x)
-        x = x + self.dropout(self.attn(h, self.attn.project_kv(h), mask[:, None, :])[0])
+        kv, allowed = self.attn.project_kv(h), mask[:, None, :]
+        if self.slots is not None:
+            kv, allowed = self.slots.extend(kv, allowed)
+        x = x + self.dropout(self.attn(h, kv, allowed)[0])
         return x + self.dropout(self.ffn(self.norm2(x)))
 
 
 @ENCODERS.register("transformer")
 class TransformerEncoder(nn.Module):
-    """(B, N, F) features + (B, N) mask -> (B, N, D) memory."""
+    """(B, N, F) features + (B, N) mask -> (B, 1, N, D) memory (one level: the last layer's
+    output, normalised). ``memory_slots`` > 0 makes every self-attention memory-augmented."""
 
-    def __init__(self, feature_dim: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, dropout: float):
+    keeps_all_levels = False
+
+    def __init__(self, feature_dim: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, dropout: float,
+                 memory_slots: int = 0):
         super().__init__()
         self.project = FeatureProjection(feature_dim, d_model, dropout)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers))
+        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, memory_slots)
+                                    for _ in range(num_layers))
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, features: Tensor, mask: Tensor) -> Tensor:
         x = self.project(features)
         for layer in self.layers:
             x = layer(x, mask)
-        return self.norm(x)
+        return self.norm(x)[:, None]
+
+
+@ENCODERS.register("memory_augmented")
+class MemoryAugmentedEncoder(TransformerEncoder):
+    """M2's encoder (SPEC.md §5): memory-augmented self-attention (40 slots per head by
+    default) in every layer, and the output of *every* layer kept: (B, L, N, D), level i = the
+    residual stream after layer i through its own LayerNorm (the top level through ``norm``;
+    pre-norm blocks leave the stream unnormalised, where M2's post-norm layers end in one)."""
+
+    keeps_all_levels = True
+
+    def __init__(self, feature_dim: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, dropout: float,
+                 memory_slots: int = 40):
+        super().__init__(feature_dim, d_model, num_heads, num_layers, d_ff, dropout, memory_slots)
+        self.level_norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(num_layers - 1))
+
+    def forward(self, features: Tensor, mask: Tensor) -> Tensor:
+        x, levels = self.project(features), []
+        for layer, norm in zip(self.layers, [*self.level_norms, self.norm]):
+            x = layer(x, mask)
+            levels.append(norm(x))
+        return torch.stack(levels, dim=1)

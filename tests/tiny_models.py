@@ -1,0 +1,31 @@
+"""Tiny captioners built straight from the model classes (no config), shared by the decoder
+contract and beam-search tests (importable as ``tiny_models``: tests/ is on sys.path)."""
+
+import torch
+
+import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
+from catcap.models.captioner import Captioner
+from catcap.models.decoders.transformer import MeshedDecoder, TransformerDecoder
+from catcap.models.encoders.transformer import MemoryAugmentedEncoder, TransformerEncoder
+from catcap.registry import CROSS_ATTENTION
+
+VOCAB, FEATURES, WIDTH = 30, 12, 16
+
+
+def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0,
+                   bos_id: int = 1, eos_id: int = 2, pad_id: int = 0) -> Captioner:
+    """The Transformer (2 + 2 layers, D=16, 2 heads), or ``arch="m2"``: a memory-augmented
+    encoder of 3 layers with 4 slots per head whose 3 levels the meshed decoder's 2 layers read.
+    ``cross`` / ``options`` pick the cross attention; in eval mode."""
+    torch.manual_seed(seed)
+
+    def make_cross(mix):
+        return CROSS_ATTENTION.get(cross)(WIDTH, 2, 0.1, mix=mix, **(options or {}))
+
+    if arch == "m2":
+        enc = MemoryAugmentedEncoder(FEATURES, WIDTH, 2, 3, 32, 0.1, memory_slots=4)
+        dec = MeshedDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, make_cross, memory_levels=3)
+    else:
+        enc = TransformerEncoder(FEATURES, WIDTH, 2, 2, 32, 0.1)
+        dec = TransformerDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, make_cross)
+    return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
