@@ -13,7 +13,7 @@ from catcap.models.attention import KeyValue
 from catcap.models.builders import build_captioner
 from catcap.models.config import HistoryConfig, ModelConfig
 from catcap.models.cross.context_assisted import ContextAssistedCrossAttention, LightContextAssistedCrossAttention
-from catcap.models.cross.mix import MeshedGates, memory_levels
+from catcap.models.cross.mix import MeshedGates, top_levels
 from catcap.models.cross.vanilla import VanillaCrossAttention
 from catcap.models.encoders.transformer import MemoryAugmentedEncoder, MemorySlots, TransformerEncoder
 from catcap.models.parts import history_heads, model_name
@@ -166,12 +166,12 @@ def test_every_encoder_level_is_kept_and_the_top_one_is_the_transformer_encoders
             torch.testing.assert_close(levels[:, i], norm(stream))
 
 
-def test_memory_levels_takes_the_top_levels_and_explains_a_shortfall():
+def test_top_levels_takes_the_top_levels_and_explains_a_shortfall():
     memory = torch.randn(2, 3, 5, D)
-    assert torch.equal(memory_levels(memory, 2), memory[:, 1:])
-    assert memory_levels(memory[:, 0], 1).shape == (2, 1, 5, D)
+    assert torch.equal(top_levels(memory, 2), memory[:, 1:])
+    assert top_levels(memory[:, 0], 1).shape == (2, 1, 5, D)
     with pytest.raises(ValueError, match=r"reads 3 encoder level\(s\), but the memory has shape \(2, 1, 5, 8\)"):
-        memory_levels(memory[:, :1], 3)
+        top_levels(memory[:, :1], 3)
 
 
 # -- the meshed cross attention, by hand --------------------------------------------------------------

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend, level_queries
 from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, _group_rows, _ungroup_rows,
                                          attend_after_regions, attend_regions, attend_with_history)
-from catcap.models.cross.mix import TopLevel, memory_levels
+from catcap.models.cross.mix import TopLevel, top_levels
 from catcap.registry import CROSS_ATTENTION
 
 STRATEGIES = ("chc", "ihc", "ohc")
@@ -146,7 +146,7 @@ class ContextAssistedCrossAttention(_WithHistory):
 
     def prepare(self, memory: Tensor) -> PreparedRegions:
         """(B, N, D) or (B, L', N, D) -> level-head region keys/values for both passes, once per image."""
-        levels = memory_levels(memory, self.levels)
+        levels = top_levels(memory, self.levels)
         first = self.attn.project_kv_levels(levels)
         if self.strategy == "ohc":
             return PreparedRegions(first, None)
@@ -240,7 +240,7 @@ class LightContextAssistedCrossAttention(_WithHistory):
         """(B, N, D) or (B, L', N, D) -> level-head region keys/values, once per image (None for OHC)."""
         if self.strategy == "ohc":
             return PreparedRegions(None, None)
-        return PreparedRegions(None, self.attn.project_kv_levels(memory_levels(memory, self.levels)))
+        return PreparedRegions(None, self.attn.project_kv_levels(top_levels(memory, self.levels)))
 
     def _entry(self, q: Tensor, q_ln: Tensor) -> KeyValue:
         """History entries: the projected (normalised) queries, (R, H, T, d_k), one HCM for all levels."""

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from catcap.models.linear import Linear
 
 
-def memory_levels(memory: Tensor, levels: int) -> Tensor:
+def top_levels(memory: Tensor, levels: int) -> Tensor:
     """Encoder memory (B, N, D) (one level) or (B, L', N, D) -> its top ``levels`` levels
     (B, levels, N, D) (a view)."""
     if memory.dim() == 3:

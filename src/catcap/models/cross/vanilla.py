@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend, level_queries
-from catcap.models.cross.mix import TopLevel, memory_levels
+from catcap.models.cross.mix import TopLevel, top_levels
 from catcap.registry import CROSS_ATTENTION
 
 
@@ -34,7 +34,7 @@ class VanillaCrossAttention(nn.Module):
     def prepare(self, memory: Tensor) -> KeyValue:
         """(B, N, D) or (B, L', N, D) encoder output -> level-head keys/values (B, L*H, N, d_k),
         once per image."""
-        return self.attn.project_kv_levels(memory_levels(memory, self.mix.levels))
+        return self.attn.project_kv_levels(top_levels(memory, self.mix.levels))
 
     def forward(self, q: Tensor, prepared: KeyValue, memory_mask: Tensor, query_mask: Tensor | None = None,
                 group: int = 1):
