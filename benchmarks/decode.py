@@ -15,6 +15,7 @@ m2_caca`` gives M2 + CACA against M2 too).
 
 Usage: python benchmarks/decode.py [--threads 1 2] [--repeats 5] [--models transformer cat lightcat] [--jobs beam]
        python benchmarks/decode.py --threads 1 --models transformer m2 m2_caca m2_light_caca
+       python benchmarks/decode.py --threads 1 --models transformer updown updown_caca updown_light_caca
        python benchmarks/decode.py --device cuda --precision fp32 bf16 --models transformer cat lightcat
 
 On a GPU (``--device cuda``) every timing is bracketed by ``torch.cuda.synchronize()``; with
@@ -147,7 +148,9 @@ def run(benches: list[Bench], args, precision: str) -> None:
         timed = {job: interleaved(benches, job, args.repeats) for job in args.jobs}
         first = benches[0].name
         for b in benches:
-            result = {"model": b.name, "cross_attention": b.model.decoder.layers[0].cross.__class__.__name__}
+            decoder = b.model.decoder  # a recurrent decoder has one soft attention, a Transformer one per layer
+            attention = decoder.attention if hasattr(decoder, "attention") else decoder.layers[0].cross
+            result = {"model": b.name, "cross_attention": type(attention).__name__}
             for job in args.jobs:
                 median = statistics.median(timed[job][b.name])
                 result[f"{job}_s"], result[f"{job}_min_s"] = round(median, 4), round(min(timed[job][b.name]), 4)

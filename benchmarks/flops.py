@@ -13,6 +13,11 @@ before catcap is imported): catcap's oneDNN path calls a private op that the cou
 see, and the arithmetic is the same either way.
 
 Usage: python benchmarks/flops.py [--models transformer cat lightcat m2 m2_caca m2_light_caca]
+       python benchmarks/flops.py --models transformer updown updown_caca updown_light_caca
+
+The soft attention of the LSTM decoders spends much of its time in element-wise work that is
+not counted (``tanh(W_v v + W_h h)`` over every region, then one product with ``w``): their
+counted floor is the products alone.
 """
 
 from __future__ import annotations

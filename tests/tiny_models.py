@@ -4,20 +4,33 @@ contract and beam-search tests (importable as ``tiny_models``: tests/ is on sys.
 import torch
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
+import catcap.models.cross.soft  # noqa: F401  (registers the soft-attention variants)
+import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
 from catcap.models.captioner import Captioner
 from catcap.models.decoders.transformer import MeshedDecoder, TransformerDecoder
+from catcap.models.encoders.embed import RegionEmbedding
 from catcap.models.encoders.transformer import MemoryAugmentedEncoder, TransformerEncoder
-from catcap.registry import CROSS_ATTENTION
+from catcap.registry import CROSS_ATTENTION, DECODERS, SOFT_ATTENTION
 
 VOCAB, FEATURES, WIDTH = 30, 12, 16
+RECURRENT = ("att2in", "updown", "lookback")
 
 
 def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0,
                    bos_id: int = 1, eos_id: int = 2, pad_id: int = 0) -> Captioner:
     """The Transformer (2 + 2 layers, D=16, 2 heads), or ``arch="m2"``: a memory-augmented
-    encoder of 3 layers with 4 slots per head whose 3 levels the meshed decoder's 2 layers read.
-    ``cross`` / ``options`` pick the cross attention; in eval mode."""
+    encoder of 3 layers with 4 slots per head whose 3 levels the meshed decoder's 2 layers read;
+    or a recurrent decoder (``att2in``, ``updown``, ``lookback``: rnn D=16, word embedding 8,
+    attention hidden 8) over embedded regions. ``cross`` / ``options`` pick the cross (soft)
+    attention; in eval mode."""
     torch.manual_seed(seed)
+    if arch in RECURRENT:
+        def make_soft(look_back):
+            return SOFT_ATTENTION.get(cross)(WIDTH, 8, look_back=look_back, **(options or {}))
+
+        dec = DECODERS.get(arch)(VOCAB, WIDTH, 8, 0.1, make_soft, pad_id=pad_id)
+        enc = RegionEmbedding(FEATURES, WIDTH, 1, 1, 1, 0.1)
+        return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
 
     def make_cross(mix):
         return CROSS_ATTENTION.get(cross)(WIDTH, 2, 0.1, mix=mix, **(options or {}))

@@ -23,6 +23,8 @@ METRICS = ("bleu", "meteor", "rouge", "cider")
 COLUMNS = ("Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 # The paper's CIDEr-D (x100) on the COCO Karpathy test split for each row (SPEC.md §6).
 PAPER_CIDER = {
+    "table2_1_att2in": 111.4, "table2_2_att2in_caca": 119.7, "table2_3_updown": 120.1, "table2_4_updown_caca": 126.4,
+    "table2_5_lookback": 124.4, "table2_6_lookback_caca": 128.1,
     "table5_1_tca": 126.5, "table5_2_ohc": 126.8, "table5_3_ihc": 128.2, "table5_4_chc": 128.9,
     "table7_1_none": 128.9, "table7_2_beta_0.1": 127.8, "table7_3_beta_0.3": 128.7, "table7_4_beta_0.5": 129.3,
     "table7_5_beta_0.7": 128.4, "table7_6_beta_0.9": 127.2, "table7_7_adaptive": 129.6,
@@ -76,8 +78,8 @@ def _scores(checkpoint: Path, split: str, beam: int, log) -> dict:
     """Corpus metrics of ``checkpoint`` on ``split``; reused from ``<run>/ablation_eval.json``
     when that checkpoint was already scored with the same split and beam, on the same data
     files (path, size and modification time of the dataset and feature files it reads)."""
-    from catcap.api import evaluate_checkpoint, write_json_atomic
     from catcap.captioner import Captioner
+    from catcap.evaluation import evaluate_checkpoint
 
     cap = Captioner.from_pretrained(checkpoint, device="cpu")
     key = {"checkpoint": str(checkpoint), "weights_mtime_ns": (checkpoint / "model.safetensors").stat().st_mtime_ns,

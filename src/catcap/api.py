@@ -15,6 +15,7 @@ from catcap.metrics.bootstrap import Comparison, paired_bootstrap
 from catcap.metrics.errors import MetricInputError
 from catcap.metrics.evaluate import Evaluation, evaluate_captions
 from catcap.metrics.files import load_references, load_results
+from catcap.evaluation import check_beam as _check_beam, evaluate_checkpoint  # noqa: F401  (api.evaluate_checkpoint)
 
 
 def example_files() -> tuple[Path, Path]:
@@ -110,17 +111,22 @@ def config_yaml(cfg) -> str:
 
 def train(config: str | Path | None, overrides: Sequence[str] = (), *, resume: bool = False, log=print):
     """Train the experiment; returns the final position (steps, best CIDEr-D)."""
+    import gc
+
     from catcap.training.loop import Trainer
 
     from catcap.training.distributed import teardown
 
     trainer = Trainer(load_experiment(config, overrides), resume=resume, log=log)
+    ctx = trainer.dist
     try:
         result = trainer.fit()
     except BaseException:
-        teardown(trainer.dist, wait=False)
+        teardown(ctx, wait=False)
         raise
-    teardown(trainer.dist)
+    del trainer  # the DDP wrapper holds the process group: free it before the group is destroyed
+    gc.collect()
+    teardown(ctx)
     return result
 
 
@@ -159,58 +165,6 @@ def analyze_history(checkpoints, out_dir, **kwargs):
     return run(checkpoints, out_dir, **kwargs)
 
 
-def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50,
-                    progress: bool = True) -> list[dict]:
-    """COCO-format results for ``records``: [{"image_id", "caption"}] (a progress bar with rate
-    and ETA, in images)."""
-    import torch
-
-    from catcap.data.collate import pad_regions
-    from catcap.progress import progress_bar
-
-    results = []
-    bar = progress_bar(total=len(records), desc=f"caption (beam {beam})", unit="img", enabled=progress)
-    for i in range(0, len(records), batch_size):
-        chunk = records[i:i + batch_size]
-        regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
-        feats, mask, _ = pad_regions(regions, [None] * len(regions))
-        texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len)
-        results += [{"image_id": r.image_id, "caption": t} for r, t in zip(chunk, texts)]
-        bar.update(len(chunk))
-    bar.close()
-    return results
-
-
-def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: int = 5, max_len: int = 20,
-                        metrics=None, dataset: str | None = None, features: str | None = None,
-                        save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
-                        device: str = "auto", progress: bool = True):
-    """Caption a split with a trained model and score it like a COCO result file.
-
-    Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
-    ``device``: auto | cpu | cuda.
-    """
-    from catcap.captioner import Captioner
-    from catcap.data.datasets import validate_dataset
-    from catcap.data.features import open_feature_store
-    from catcap.data.karpathy import load_karpathy
-
-    _check_beam(beam)
-    cap = Captioner.from_pretrained(checkpoint, device=device)
-    dataset = dataset or cap.data_file("dataset")
-    features = features or cap.data_file("features")
-    records = load_karpathy(dataset, [split])[split]
-    store = open_feature_store(features)
-    cap.check_store(store)
-    validate_dataset(records, store, cap.config.model.feature_dim)
-    results = _decode_records(cap, records, store, beam=beam, max_len=max_len, progress=progress)
-    if save_results:
-        write_json_atomic(save_results, results)
-    refs = {r.image_id: r.raw for r in records}
-    ev = evaluate_captions({r["image_id"]: r["caption"] for r in results}, refs, metrics, corenlp_dir=corenlp_dir, log=log)
-    return ev, results
-
-
 def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | None = None, beam: int = 3,
             max_len: int = 20, device: str = "auto") -> list[tuple[str, str]]:
     """Captions for images. A model trained on `catcap extract` features captions image files
@@ -237,11 +191,6 @@ def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | Non
         check_features(store, keys, cap.config.model.feature_dim)
         texts.update(zip(rest, cap.generate([store.get(k).regions for k in keys], num_beams=beam, max_length=max_len)))
     return [(item, texts[item]) for item in items]
-
-
-def _check_beam(beam: int) -> None:
-    if beam < 1:
-        raise ValueError(f"the beam size must be >= 1 (1 = greedy), got {beam}")
 
 
 def _check_caption_items(items: Sequence[str], must_exist: bool) -> None:

@@ -26,6 +26,7 @@ from catcap.data.features import open_feature_store
 from catcap.data.karpathy import load_karpathy
 from catcap.data.synthetic import make_world
 from catcap.metrics.evaluate import evaluate_tokenized
+from catcap.models.parts import recurrent_decoder
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.loop import Trainer
 from catcap.viz.training_curves import plot_if_logged
@@ -57,18 +58,28 @@ def caption_split(captioner: Captioner, dataset: ImageDataset, beam: int) -> tup
 
 MODELS_DIR = DEMO_CONFIG.parents[1] / "models"
 VARIANT_KEYS = {"model": ("encoder", "decoder", "cross_attention", "memory_slots", "history"), "train": ("awc",)}
+# a recurrent (LSTM) preset also brings its one attention layer and its training recipe (step
+# schedule, scheduled sampling), and takes the tiny Up-Down's sizes (configs/models/updown_tiny.yaml)
+RECURRENT_KEYS = {"model": ("decoder_layers",), "train": ("schedule", "scheduled_sampling")}
+RECURRENT_TINY = MODELS_DIR / "updown_tiny.yaml"
 
 
 def variant_overrides(name: str) -> list[str]:
     """The overrides that turn the demo's tiny Transformer into preset ``name``
     (``configs/models/<name>.yaml``, following its ``base``): its encoder, decoder, cross
-    attention, memory slots, history options and AWC settings, not its sizes."""
+    attention, memory slots, history options and AWC settings, not its sizes; for an LSTM
+    preset also its recipe and the tiny LSTM sizes (``RECURRENT_KEYS``)."""
     path = MODELS_DIR / f"{name}.yaml"
     if not path.is_file():
         choices = sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
         raise ValueError(f"unknown model preset {name!r} for --compare; choose from: {', '.join(choices)}")
     data, out = read_yaml(path), []
-    for section, keys in VARIANT_KEYS.items():
+    keys = dict(VARIANT_KEYS)
+    if recurrent_decoder(data.get("model", {}).get("decoder", "transformer")):
+        keys = {section: VARIANT_KEYS[section] + RECURRENT_KEYS[section] for section in VARIANT_KEYS}
+        tiny = read_yaml(RECURRENT_TINY)["model"]
+        out += _flatten("model.rnn", tiny["rnn"]) + [f"model.dropout={tiny['dropout']}"]
+    for section, keys in keys.items():
         for key in keys:
             if key in data.get(section, {}):
                 out += _flatten(f"{section}.{key}", data[section][key])

@@ -59,3 +59,5 @@ class Registry(Generic[T]):
 ENCODERS: Registry = Registry("encoder")
 DECODERS: Registry = Registry("decoder")
 CROSS_ATTENTION: Registry = Registry("cross_attention")
+#: the additive attention of the recurrent (LSTM) decoders, under the same variant names
+SOFT_ATTENTION: Registry = Registry("soft attention (recurrent decoders)")

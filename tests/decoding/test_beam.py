@@ -190,12 +190,18 @@ M2_VARIANTS = [("vanilla", {}), ("caca", {}), ("caca", {"placement": "gated"}), 
                ("caca", {"strategy": "ihc", "placement": "gated"}), ("light_caca", {})]
 
 
+RECURRENT_VARIANTS = [("vanilla", {}), ("caca", {}), ("caca", {"strategy": "ihc", "shared": False}),
+                      ("caca", {"strategy": "ohc"}), ("light_caca", {})]
+
+
 @pytest.mark.parametrize("arch, cross, options", [("transformer", *v) for v in HISTORY_VARIANTS]
-                         + [("m2", *v) for v in M2_VARIANTS])
+                         + [("m2", *v) for v in M2_VARIANTS]
+                         + [(arch, *v) for arch in ("att2in", "updown", "lookback") for v in RECURRENT_VARIANTS])
 @pytest.mark.parametrize("seed, eos_bias, rules", [(0, 0.6, {}), (1, 0.8, {"no_repeat_ngram": 3, "min_len": 2})])
 def test_beam_search_with_history_memory_equals_reference(arch, cross, options, seed, eos_bias, rules):
     """CACA's history memory (one per encoder level in M2) rides in the decoder state and is
-    reordered with the beams; M2's per-image memory of every encoder level is never copied."""
+    reordered with the beams, as do the LSTM states of the recurrent decoders; M2's per-image
+    memory of every encoder level is never copied."""
     model, (features, mask) = make_model(seed, eos_bias, cross, arch, **options), regions(seed + 10)
     kwargs = dict(beam_size=4, max_len=9, length_penalty=1.0, processors=build_processors(EOS, **rules), num_return=4)
     out = beam_search(model, features, mask, **kwargs)

@@ -25,6 +25,18 @@ def test_every_table_config_loads_and_differs_only_where_the_table_says():
         assert sizes == {(512, 3, "data/coco/dataset_coco.json", 10000)}
 
 
+def test_table2_rows_are_the_three_lstm_decoders_with_and_without_caca():
+    rows = list(plan("2", out_root="/tmp/x").values())
+    assert [c.name for c in rows] == ["Att2in", "Att2in + CACA", "BUTD", "BUTD + CACA", "LB", "LB + CACA"]
+    assert [(c.model.decoder, c.model.cross_attention, c.train.awc.enabled) for c in rows] == [
+        (d, x, x == "caca") for d in ("att2in", "updown", "lookback") for x in ("vanilla", "caca")]
+    # everything else is the anchors' LSTM recipe on COCO, the same in every row
+    same = {(c.model.encoder, c.model.d_model, c.model.rnn.word_dim, c.model.rnn.att_hidden, c.model.dropout,
+             c.train.schedule.name, c.train.schedule.lr, c.train.scheduled_sampling.max_prob, c.data.dataset)
+            for c in rows}
+    assert same == {("embed", 1000, 512, 512, 0.5, "step", 5e-4, 0.25, "data/coco/dataset_coco.json")}
+
+
 def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):
     out = tmp_path / "t5"
     args = tiny_overrides(tiny_world, "ignored", **{"train.epochs": 1})

@@ -22,20 +22,20 @@ def test_demo_small_world_beats_the_most_frequent_caption(tmp_path):
     assert (tmp_path / "demo" / "model" / "training.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_demo_compare_prints_one_table_for_four_models(tmp_path):
+def test_demo_compare_prints_one_table_for_five_models(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path / "demo"), "--train-images", "200",
-         "--beam", "2", "--compare", "transformer,cat,lightcat,m2_caca", "train.epochs=1", "train.progress=false",
+         "--beam", "2", "--compare", "transformer,cat,lightcat,m2_caca,updown_caca", "train.epochs=1", "train.progress=false",
          "train.schedule.warmup=50", "train.eval_batch_size=100"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    header = re.search(r"^metric\s+tiny transformer\s+tiny cat\s+tiny lightcat\s+tiny m2_caca\s+most frequent caption$",
-                       out, re.M)
+    header = re.search(r"^metric\s+tiny transformer\s+tiny cat\s+tiny lightcat\s+tiny m2_caca\s+tiny updown_caca"
+                       r"\s+most frequent caption$", out, re.M)
     assert header, out
-    assert re.search(r"^CIDEr(\s+[\d.]+){5}$", out, re.M), out
+    assert re.search(r"^CIDEr(\s+[\d.]+){6}$", out, re.M), out
     assert "  cat:" in out and "  lightcat:" in out and "  transformer:" in out and "  m2_caca:" in out
-    for name in ("transformer", "cat", "lightcat", "m2_caca"):
+    for name in ("transformer", "cat", "lightcat", "m2_caca", "updown_caca"):
         assert (tmp_path / "demo" / "models" / name / "best" / "model.safetensors").exists()
     cat_config = (tmp_path / "demo" / "models" / "cat" / "best" / "config.json").read_text()
     assert '"cross_attention": "caca"' in cat_config and '"enabled": true' in cat_config
@@ -43,12 +43,17 @@ def test_demo_compare_prints_one_table_for_four_models(tmp_path):
     assert (m2_config["encoder"], m2_config["decoder"], m2_config["cross_attention"], m2_config["memory_slots"]) == \
         ("memory_augmented", "meshed", "caca", 40)
     assert m2_config["d_model"] == 128  # the demo's tiny sizes, not the preset's paper size
+    lstm = json.loads((tmp_path / "demo" / "models" / "updown_caca" / "best" / "config.json").read_text())["config"]
+    assert (lstm["model"]["decoder"], lstm["model"]["cross_attention"], lstm["model"]["decoder_layers"],
+            lstm["model"]["d_model"], lstm["model"]["rnn"]) == ("updown", "caca", 1, 128, {"word_dim": 64, "att_hidden": 64})
+    assert lstm["train"]["schedule"]["name"] == "step" and lstm["train"]["scheduled_sampling"]["enabled"]
 
 
 def test_demo_compare_rejects_an_unknown_preset(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path), "--compare", "transformer,catt"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert ("unknown model preset 'catt' for --compare; choose from: cat, lightcat, m2, m2_caca, m2_caca_gated, "
-            "m2_caca_tiny, m2_light_caca, m2_tiny, tiny, transformer") in proc.stderr
+    assert ("unknown model preset 'catt' for --compare; choose from: att2in, att2in_caca, cat, lightcat, lookback, "
+            "lookback_caca, m2, m2_caca, m2_caca_gated, m2_caca_tiny, m2_light_caca, m2_tiny, tiny, transformer, "
+            "updown, updown_caca, updown_light_caca, updown_tiny") in proc.stderr
     assert not (tmp_path / "world").exists(), "presets are checked before any work starts"

@@ -37,7 +37,15 @@ VARIANTS = {"transformer": {}, "cat-awc": {"model.cross_attention": "caca", "tra
             "xe-then-scst": {"train.objective": "xe_then_scst", "train.scst.switch_patience": 0},
             # wide enough that the decoder's products reach catcap.models.linear.MIN_MACS: on a CPU
             # where catcap picks oneDNN (non-Intel with AVX-512) they run there, forward and backward
-            "d128": {"model.d_model": 128, "model.d_ff": 256, "model.num_heads": 4}}
+            "d128": {"model.d_model": 128, "model.d_ff": 256, "model.num_heads": 4},
+            # an LSTM decoder whose second epoch feeds back half its own words: the draws come
+            # from the global generator, restored on resume like dropout's
+            "updown-caca-sampling": {"model.encoder": "embed", "model.decoder": "updown", "model.decoder_layers": 1,
+                                     "model.cross_attention": "caca", "model.rnn.word_dim": 16,
+                                     "model.rnn.att_hidden": 16, "train.awc.enabled": "true",
+                                     "train.schedule.name": "step", "train.schedule.lr": 1e-3,
+                                     "train.scheduled_sampling.enabled": "true", "train.scheduled_sampling.every": 1,
+                                     "train.scheduled_sampling.increase": 0.5, "train.scheduled_sampling.max_prob": 0.5}}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -66,7 +74,7 @@ def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp
     assert a["trainer"]["position"] == b["trainer"]["position"]
     for name, tensor in a["weights"].items():
         assert torch.equal(tensor, b["weights"][name]), f"{name} differs after resume (killed at step {killed_at})"
-    if variant == "cat-awc":  # the learnable AWC betas are resumed too
+    if variant in ("cat-awc", "updown-caca-sampling"):  # the learnable AWC betas are resumed too
         assert torch.equal(a["trainer"]["awc"]["beta"], b["trainer"]["awc"]["beta"])
         assert not torch.equal(a["trainer"]["awc"]["beta"], torch.full_like(a["trainer"]["awc"]["beta"], 0.5))
 

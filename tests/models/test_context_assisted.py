@@ -194,3 +194,4 @@ def test_blockwise_attention_equals_one_softmax_over_the_concatenation(group):
         allowed = torch.cat([region_mask[img].expand(t, n), history_mask[r, 0]], 1)
         w = (q[r] @ keys.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~allowed, float("-inf")).softmax(-1)
         torch.testing.assert_close(one.heads[r], w @ values, rtol=1e-5, atol=1e-6)
+

@@ -1,7 +1,8 @@
 """The decoder contract (DESIGN.md): teacher-forced == cached steps; padded == unpadded;
 caches move with hypotheses — for every decoder (the Transformer's over one encoder level, M2's
-meshed one over every level of a memory-augmented encoder), every cross-attention variant and
-history strategy, and both placements of CACA's history in the meshed decoder."""
+meshed one over every level of a memory-augmented encoder, the recurrent Att2in, Up-Down and
+Look-Back), every cross-attention variant and history strategy, and both placements of CACA's
+history in the meshed decoder."""
 
 import pytest
 import torch
@@ -25,7 +26,12 @@ MESHED = [("m2", name, opts) for name, opts in VARIANTS] + [
     ("m2", "caca", {"placement": "gated"}), ("m2", "caca", {"placement": "gated", "strategy": "ihc"}),
     ("m2", "caca", {"placement": "gated", "shared": False}), ("m2", "caca", {"placement": "gated", "strategy": "ohc"}),
 ]
-VARIANTS = [("transformer", name, opts) for name, opts in VARIANTS] + MESHED
+# the recurrent decoders with soft attention: vanilla, CACA (strategies, not shared), LightCACA
+SOFT = [("vanilla", {}), ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}),
+        ("caca", {"shared": False}), ("light_caca", {}), ("light_caca", {"strategy": "ihc"}),
+        ("light_caca", {"strategy": "ohc"})]
+RECURRENT = [(arch, name, opts) for arch in ("att2in", "updown", "lookback") for name, opts in SOFT]
+VARIANTS = [("transformer", name, opts) for name, opts in VARIANTS] + MESHED + RECURRENT
 IDS = ["-".join([arch, name, *map(str, opts.values())]) for arch, name, opts in VARIANTS]
 
 

@@ -40,21 +40,26 @@ def test_config_rejects_a_mean_baseline_with_one_sample():
         SCSTConfig(baseline="mean", num_samples=1)
 
 
-def tiny(cross, m2=False):
-    """A tiny Transformer / CAT / LightCAT, or (m2) the same cross attention in M2 (2 encoder levels)."""
+ARCHS = {"transformer": {}, "m2": dict(encoder="memory_augmented", decoder="meshed", memory_slots=3, encoder_layers=2),
+         "updown": dict(encoder="embed", decoder="updown", decoder_layers=1)}
+
+
+def tiny(cross, arch="transformer"):
+    """A tiny Transformer / CAT / LightCAT, or the same cross attention in M2 (2 encoder levels)
+    or in Up-Down (soft attention)."""
     torch.manual_seed(0)
-    parts = dict(encoder="memory_augmented", decoder="meshed", memory_slots=3, encoder_layers=2) if m2 else {}
+    parts = ARCHS[arch]
     cfg = ModelConfig(**{"cross_attention": cross, "feature_dim": 12, "d_model": 16, "num_heads": 2, "encoder_layers": 1,
                          "decoder_layers": 2, "d_ff": 32, **parts})
     return build_captioner(cfg, 30)
 
 
-@pytest.mark.parametrize("m2", [False, True], ids=["transformer", "m2"])
+@pytest.mark.parametrize("arch", ["transformer", "m2", "updown"])
 @pytest.mark.parametrize("cross", ["vanilla", "caca", "light_caca"])
-def test_scored_log_probs_equal_those_of_sampling(cross, m2):
+def test_scored_log_probs_equal_those_of_sampling(cross, arch):
     """One teacher-forced pass over the n samples of each image (grouped rows sharing the
     image's memory of every encoder level) gives the log-probs the cached sampler saw (eval mode)."""
-    model = tiny(cross, m2).eval()
+    model = tiny(cross, arch).eval()
     features, mask = torch.randn(3, 5, 12), torch.ones(3, 5, dtype=torch.bool)
     mask[2, 3:] = False
     with torch.no_grad():

@@ -287,14 +287,57 @@ def test_m2_caca_history_weights_average_every_level_head(world, m2_caca_checkpo
     expected = [np.mean([w[-1][k] for (_, w), n in zip(manual, lengths) if n > k]) for k in range(max(lengths))]
     np.testing.assert_allclose(curve.mean, expected, atol=2e-6)
     assert len(curve.per_head) == 4 and len(curve.beta) == 4  # level-heads, and their AWC betas
-    att = image_attention(cap, records[0].key, max_len=MAX_LEN)
+    _check_one_image(cap, records[0].key)
+    entry = _analyze_cli(m2_caca_checkpoint, tmp_path / "m2")
+    assert entry["label"] == "M2 + CACA + AWC" and entry["mean"] == pytest.approx(
+        collect_history_weights(m2_caca_checkpoint, limit=4, max_len=MAX_LEN, progress=False).mean)
+
+
+def _check_one_image(cap, key):
+    """Each word's attention has one history entry per step so far, and covers regions + history."""
+    att = image_attention(cap, key, max_len=MAX_LEN)
     for k in range(len(att.tokens)):
         assert len(att.history_attention[k]) == k + 1
         assert att.region_attention[k].sum() + att.history_weight[k] == pytest.approx(1.0, abs=1e-5)
-    out = tmp_path / "m2"
-    assert main(["analyze", "history", "--checkpoint", str(m2_caca_checkpoint), "--out", str(out), "--limit", "4",
+
+
+def _analyze_cli(checkpoint, out) -> dict:
+    """``catcap analyze history`` on 4 images: the plot is a PNG; -> the checkpoint's JSON entry."""
+    assert main(["analyze", "history", "--checkpoint", str(checkpoint), "--out", str(out), "--limit", "4",
                  "--max-len", str(MAX_LEN), "--quiet"]) == 0
-    (entry,) = json.loads((out / "history_weight.json").read_text())["checkpoints"]
-    assert entry["label"] == "M2 + CACA + AWC" and entry["mean"] == pytest.approx(
-        collect_history_weights(m2_caca_checkpoint, limit=4, max_len=MAX_LEN, progress=False).mean)
     _png_size(out / "history_weight.png")
+    (entry,) = json.loads((out / "history_weight.json").read_text())["checkpoints"]
+    return entry
+
+
+@pytest.fixture(scope="module")
+def updown_caca_checkpoint(world, tmp_path_factory):
+    """A tiny Up-Down + CACA (embedded regions, soft attention, one history) trained a few steps with AWC."""
+    out = tmp_path_factory.mktemp("updowncaca")
+    items = {
+        "data.dataset": world.dataset, "data.features": world.features, "data.min_count": 1,
+        "model.feature_dim": 16, "model.d_model": 32, "model.num_heads": 1, "model.encoder": "embed",
+        "model.decoder": "updown", "model.decoder_layers": 1, "model.rnn.word_dim": 16, "model.rnn.att_hidden": 16,
+        "model.cross_attention": "caca", "train.awc.enabled": "true", "out_dir": out, "train.batch_size": 12,
+        "train.epochs": 1, "train.max_steps": 12, "train.schedule.name": "step", "train.schedule.lr": 0.002,
+        "train.progress": "false",
+    }
+    api.train(None, [f"{k}={v}" for k, v in items.items()], log=lambda m: None)
+    return out / "last"
+
+
+@torch.no_grad()
+def test_updown_caca_history_weights_and_attention(world, updown_caca_checkpoint, tmp_path):
+    """An LSTM decoder's soft CACA has one layer and one head: its curve is that head's weight,
+    step by step as the decoder computes it; each word's attention covers regions + history."""
+    cap = Captioner.from_pretrained(updown_caca_checkpoint, device="cpu")
+    records, store = _val(world)
+    manual = [_manual(cap, store.get(r.key).regions, layers=(0,)) for r in records]
+    curve = collect_history_weights(updown_caca_checkpoint, split="val", batch_size=4, max_len=MAX_LEN,
+                                    progress=False, device="cpu")
+    lengths = [len(t) for t, _ in manual]
+    expected = [np.mean([w[0][k] for (_, w), n in zip(manual, lengths) if n > k]) for k in range(max(lengths))]
+    np.testing.assert_allclose(curve.mean, expected, atol=2e-6)
+    assert len(curve.per_head) == 1 and len(curve.beta) == 1
+    _check_one_image(cap, records[0].key)
+    assert _analyze_cli(updown_caca_checkpoint, tmp_path / "updown")["label"] == "Up-Down + CACA + AWC"

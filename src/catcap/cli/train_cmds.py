@@ -30,6 +30,11 @@ under model.history), train.awc.enabled=true adds CAT's adaptive weight constrai
 model.encoder=memory_augmented model.decoder=meshed makes it M2 (memory slots per head:
 model.memory_slots; with caca, model.history.placement=per_level|gated says where the
 history lives): configs/models/m2.yaml, m2_caca.yaml, m2_light_caca.yaml; docs/m2.md.
+model.decoder=att2in|updown|lookback (with model.encoder=embed, model.decoder_layers=1) is an
+LSTM captioner whose soft attention is vanilla, caca or light_caca; rnn size model.d_model,
+other sizes model.rnn.word_dim / att_hidden; train.scheduled_sampling.enabled=true feeds it its
+own words (+increase every `every` epochs up to max_prob): configs/models/updown.yaml,
+updown_caca.yaml (att2in*, lookback* alike); docs/recurrent.md.
 Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the CIDEr-D
 reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights: SCST
 scores them first and keeps them as best/ until an SCST epoch beats them).
@@ -52,6 +57,7 @@ examples:
   catcap train --config configs/experiments/demo_scst.yaml          # SCST from the demo's model
   catcap train --config configs/models/cat.yaml data.dataset=D.json data.features=F.h5
   catcap train --config configs/models/m2_caca.yaml data.dataset=D.json data.features=F.h5
+  catcap train --config configs/models/updown_caca.yaml data.dataset=D.json data.features=F.h5
 """
 
 
@@ -79,13 +85,16 @@ Everything goes to --out (default runs/demo); an existing world there is reused.
 With --compare, trains several model presets (configs/models/NAME.yaml: their encoder,
 decoder, cross attention, memory slots and AWC settings, at the demo's tiny size) on the same
 world and seed and prints one table, e.g. the Transformer, CAT (CACA + AWC), LightCAT
-(LightCACA + AWC), M2 (memory-augmented encoder + meshed decoder) and M2 + CACA.
+(LightCACA + AWC), M2 (memory-augmented encoder + meshed decoder) and M2 + CACA. An LSTM
+preset (att2in, updown, lookback and their _caca twins) also brings its training recipe
+(step schedule, scheduled sampling) and takes the tiny Up-Down's sizes (updown_tiny.yaml).
 
 example:
   catcap demo
   catcap demo --out /tmp/demo train.epochs=2
   catcap demo --compare transformer,cat,lightcat
   catcap demo --compare transformer,cat,m2,m2_caca
+  catcap demo --compare cat,updown,updown_caca
 """
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from catcap.models.captioner import Captioner
 from catcap.models.config import ModelConfig
-from catcap.models.parts import cross_options, encoder_levels
+from catcap.models.parts import attention_registry, cross_options, encoder_levels, recurrent
 from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
 
 
@@ -22,10 +22,24 @@ def build_encoder(cfg: ModelConfig):
                                      cfg.dropout, **slots)
 
 
+def soft_attention_factory(cfg: ModelConfig):
+    """A function making a recurrent decoder's soft attention of the configured variant
+    (``look_back``: Look-Back's query also reads the previous context)."""
+    cls, kwargs = attention_registry(cfg).get(cfg.cross_attention), cross_options(cfg)
+    return lambda look_back: cls(cfg.d_model, cfg.rnn.att_hidden, look_back=look_back, **kwargs)
+
+
+def build_decoder(cfg: ModelConfig, vocab_size: int, pad_id: int = 0):
+    """The configured decoder: a Transformer one (sized by d_model, heads, layers, d_ff) or a
+    recurrent one (rnn size d_model, ``model.rnn`` sizes)."""
+    cls = DECODERS.get(cfg.decoder)
+    if recurrent(cfg):
+        return cls(vocab_size, cfg.d_model, cfg.rnn.word_dim, cfg.dropout, soft_attention_factory(cfg), pad_id=pad_id)
+    return cls(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.d_ff, cfg.dropout,
+               cross_attention_factory(cfg), max_len=cfg.max_len, pad_id=pad_id, memory_levels=encoder_levels(cfg))
+
+
 def build_captioner(cfg: ModelConfig, vocab_size: int, *, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2) -> Captioner:
     """Encoder + decoder + cross attention named by ``cfg``, sized by ``cfg``."""
-    encoder = build_encoder(cfg)
-    decoder = DECODERS.get(cfg.decoder)(
-        vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.d_ff, cfg.dropout,
-        cross_attention_factory(cfg), max_len=cfg.max_len, pad_id=pad_id, memory_levels=encoder_levels(cfg))
-    return Captioner(encoder, decoder, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    return Captioner(build_encoder(cfg), build_decoder(cfg, vocab_size, pad_id), bos_id=bos_id, eos_id=eos_id,
+                     pad_id=pad_id)

@@ -28,12 +28,27 @@ class HistoryConfig:
 
 
 @dataclass
+class RecurrentConfig:
+    """``model.rnn``: sizes of the recurrent (LSTM) decoders that the Transformer's fields do not
+    name — word_dim the word embedding width (the anchors' input encoding), att_hidden the
+    additive attention's hidden size. The rnn size is ``model.d_model`` (also the width of the
+    embedded regions, so that contexts, regions and hidden states share one space)."""
+
+    word_dim: int = 512
+    att_hidden: int = 512
+
+
+@dataclass
 class ModelConfig:
     """Sizes and part names of a captioner. Defaults are the paper's Transformer (SPEC.md §2).
 
     encoder / decoder / cross_attention name registered parts (``catcap.registry``):
-    encoder ``transformer`` or ``memory_augmented`` (M2: memory slots, every layer's output kept);
-    decoder ``transformer`` (reads the encoder's top level) or ``meshed`` (M2: every level, gated);
+    encoder ``transformer``, ``memory_augmented`` (M2: memory slots, every layer's output kept)
+    or ``embed`` (each region embedded alone, the LSTM captioners' encoder);
+    decoder ``transformer`` (reads the encoder's top level), ``meshed`` (M2: every level, gated)
+    or a recurrent one — ``att2in``, ``updown``, ``lookback`` (docs/recurrent.md), whose rnn
+    size is d_model, whose other sizes are in ``rnn``, which have one attention "layer"
+    (decoder_layers must be 1) and read neither num_heads, d_ff nor max_len;
     cross_attention ``vanilla`` (Transformer / M2), ``caca`` (CAT / M2 + CACA), ``light_caca``
     (LightCAT / M2 + LightCACA); history holds the CACA options; memory_slots the learnable
     slots per head of the encoder's self-attention (None: the encoder's default, 40 for
@@ -54,12 +69,14 @@ class ModelConfig:
     max_len: int = 64
     memory_slots: Optional[int] = None
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    rnn: RecurrentConfig = field(default_factory=RecurrentConfig)
 
     def __post_init__(self):
         from catcap.config import ConfigError, check_at_least
 
         check_at_least("model", self, {"feature_dim": 1, "d_model": 1, "num_heads": 1, "encoder_layers": 1,
                                        "decoder_layers": 1, "d_ff": 1, "max_len": 2, "dropout": 0.0})
+        check_at_least("model.rnn", self.rnn, {"word_dim": 1, "att_hidden": 1})
         if self.dropout >= 1:
             raise ConfigError(f"model.dropout must be < 1 (a probability), found {self.dropout!r}")
         if self.d_model % self.num_heads:

@@ -12,12 +12,32 @@ import inspect
 from dataclasses import asdict
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
+import catcap.models.cross.soft  # noqa: F401  (registers the recurrent decoders' soft attention)
+import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
 import catcap.models.decoders.transformer  # noqa: F401  (registers the decoders)
+import catcap.models.encoders.embed  # noqa: F401  (registers the region embedding)
 import catcap.models.encoders.transformer  # noqa: F401  (registers the encoders)
-from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
+from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS, SOFT_ATTENTION
 
 #: which model.history options each variant reads, for the error message
-_READS = "caca reads strategy, shared, normalize and placement; light_caca reads strategy and normalize"
+_READS = ("caca reads strategy, shared, normalize and placement (in a recurrent decoder strategy and shared); "
+          "light_caca reads strategy and normalize (in a recurrent decoder strategy)")
+
+
+def recurrent_decoder(name: str) -> bool:
+    """Whether decoder ``name`` is an LSTM one (Att2in, Up-Down, Look-Back)."""
+    return getattr(DECODERS.get(name), "recurrent", False)
+
+
+def recurrent(cfg) -> bool:
+    """Whether the configured decoder is an LSTM one."""
+    return recurrent_decoder(cfg.decoder)
+
+
+def attention_registry(cfg):
+    """Where the configured cross-attention variant lives: multi-head cross attention for the
+    Transformer decoders, soft (additive) attention for the recurrent ones (same names)."""
+    return SOFT_ATTENTION if recurrent(cfg) else CROSS_ATTENTION
 
 
 def check_parts(cfg) -> None:
@@ -28,9 +48,26 @@ def check_parts(cfg) -> None:
     ENCODERS.get(cfg.encoder)
     DECODERS.get(cfg.decoder)
     cross_options(cfg)
+    _check_recurrent(cfg)
     if cfg.history.placement != "per_level" and not DECODERS.get(cfg.decoder).meshed:
         raise ConfigError(f"model.history.placement={cfg.history.placement!r} has no effect with decoder "
                           f"{cfg.decoder!r}, which reads one encoder level; use model.decoder=meshed (M2) or remove it")
+
+
+def _check_recurrent(cfg) -> None:
+    """``model.rnn`` only with a recurrent decoder; a recurrent decoder has one attention layer."""
+    from dataclasses import asdict
+
+    from catcap.config import ConfigError
+
+    if recurrent(cfg):
+        if cfg.decoder_layers != 1:
+            raise ConfigError(f"model.decoder={cfg.decoder} is an LSTM decoder with one attention layer: set "
+                              f"model.decoder_layers=1 (found {cfg.decoder_layers}), or start from its preset "
+                              f"configs/models/{cfg.decoder}.yaml")
+    elif asdict(cfg.rnn) != asdict(type(cfg.rnn)()):
+        raise ConfigError(f"model.rnn ({asdict(cfg.rnn)}) sizes the LSTM decoders (att2in, updown, lookback) and "
+                          f"has no effect on decoder {cfg.decoder!r}; remove it")
 
 
 def cross_options(cfg) -> dict:
@@ -39,11 +76,12 @@ def cross_options(cfg) -> dict:
     an ablation lie)."""
     from catcap.config import ConfigError
 
-    accepted = inspect.signature(CROSS_ATTENTION.get(cfg.cross_attention).__init__).parameters
+    accepted = inspect.signature(attention_registry(cfg).get(cfg.cross_attention).__init__).parameters
     options, defaults = asdict(cfg.history), asdict(type(cfg.history)())
     for key, value in options.items():
         if key not in accepted and value != defaults[key]:
-            raise ConfigError(f"model.history.{key}={value!r} has no effect on cross_attention {cfg.cross_attention!r}; "
+            where = f" in the recurrent decoder {cfg.decoder!r}" if recurrent(cfg) else ""
+            raise ConfigError(f"model.history.{key}={value!r} has no effect on cross_attention {cfg.cross_attention!r}{where}; "
                               f"remove it or pick a variant that uses it ({_READS})")
     return {k: v for k, v in options.items() if k in accepted}
 
@@ -61,13 +99,22 @@ def memory_levels(cfg) -> int:
 
 def history_heads(cfg) -> int:
     """History weights per decoder layer (the AWC betas' second axis): one per head and level
-    read (level-heads, see ``catcap.models.attention``)."""
-    return cfg.num_heads * memory_levels(cfg)
+    read (level-heads, see ``catcap.models.attention``); 1 for a recurrent decoder's single-head
+    soft attention."""
+    return 1 if recurrent(cfg) else cfg.num_heads * memory_levels(cfg)
+
+
+def history_layers(cfg) -> int:
+    """Attention layers with a history (the AWC betas' first axis): the decoder layers, or 1
+    for a recurrent decoder (SPEC.md §3: N_layers = 1 for LSTM decoders)."""
+    return 1 if recurrent(cfg) else cfg.decoder_layers
 
 
 #: the paper's names of (decoder, cross attention) pairs
 _NAMES = {("transformer", "vanilla"): "Transformer", ("transformer", "caca"): "CAT", ("transformer", "light_caca"): "LightCAT",
-          ("meshed", "vanilla"): "M2", ("meshed", "caca"): "M2 + CACA", ("meshed", "light_caca"): "M2 + LightCACA"}
+          ("meshed", "vanilla"): "M2", ("meshed", "caca"): "M2 + CACA", ("meshed", "light_caca"): "M2 + LightCACA",
+          **{(key, cross): name + suffix for key, name in (("att2in", "Att2in"), ("updown", "Up-Down"), ("lookback", "Look-Back"))
+             for cross, suffix in (("vanilla", ""), ("caca", " + CACA"), ("light_caca", " + LightCACA"))}}
 
 
 def model_name(cfg) -> str:

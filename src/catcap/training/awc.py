@@ -83,9 +83,9 @@ def make_awc(cfg) -> AdaptiveWeightConstraint | None:
     awc = cfg.train.awc
     if not awc.enabled:
         return None
-    from catcap.models.parts import history_heads
+    from catcap.models.parts import history_heads, history_layers
 
-    return AdaptiveWeightConstraint(cfg.model.decoder_layers, history_heads(cfg.model), awc.mode, awc.beta, awc.gamma,
+    return AdaptiveWeightConstraint(history_layers(cfg.model), history_heads(cfg.model), awc.mode, awc.beta, awc.gamma,
                                     awc.eps)
 
 

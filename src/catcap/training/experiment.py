@@ -8,8 +8,9 @@ from typing import Literal
 from catcap.data.config import DataConfig
 from catcap.models.config import ModelConfig
 from catcap.training.awc import AWCConfig
-from catcap.training.scst import SCSTConfig
 from catcap.training.schedule import ScheduleConfig
+from catcap.training.scheduled_sampling import ScheduledSamplingConfig
+from catcap.training.scst import SCSTConfig
 
 
 HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions that report history weights
@@ -31,7 +32,8 @@ class TrainConfig:
     (autocast; fp16 with a gradient scaler; ``catcap.training.precision``). ``accumulate``: each
     global batch is split into this many micro-batches per process, gradients summed (the
     step equals the full batch's). ``compile``: ``torch.compile`` the captioner's training
-    forward. Under torchrun, ``batch_size`` is the global batch over all processes
+    forward. ``scheduled_sampling``: feed the model some of its own predictions in XE training
+    (``catcap.training.scheduled_sampling``; the LSTM presets turn it on). Under torchrun, ``batch_size`` is the global batch over all processes
     (``catcap.training.distributed``)."""
 
     epochs: int = 30
@@ -56,6 +58,7 @@ class TrainConfig:
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     accumulate: int = 1
     compile: bool = False
+    scheduled_sampling: ScheduledSamplingConfig = field(default_factory=ScheduledSamplingConfig)
 
     def __post_init__(self):
         from catcap.config import check_at_least

@@ -51,6 +51,7 @@ from catcap.training.objective import Objective, count_targets, uses_all_paramet
 from catcap.training.precision import Precision
 from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
+from catcap.training.scheduled_sampling import sampling_probability
 from catcap.training.scst import scst_loss
 from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything
 from catcap.training.starting import check_resumable, load_awc_betas, load_start_weights
@@ -267,10 +268,11 @@ class Trainer:
         captions = [b.captions.shape[0] for b in micro]
         total_tokens, total_captions = all_sum([sum(tokens), sum(captions)], self.dist)
         sums, history = [0.0, 0.0], {}
+        sampling = sampling_probability(t.scheduled_sampling, self.pos.epoch)
         for i, b in enumerate(micro):
             with self._sync(i == len(micro) - 1):
                 with self.precision.autocast():
-                    out = self.engine("xe", b, t.label_smoothing)
+                    out = self.engine("xe", b, t.label_smoothing, sampling, t.scheduled_sampling.mode)
                 loss = out["xe"] * (tokens[i] * world / total_tokens)
                 if "awc" in out:
                     loss = loss + out["awc"] * (captions[i] * world / total_captions)
@@ -281,6 +283,8 @@ class Trainer:
         xe_sum, awc_sum = all_sum(sums, self.dist)
         record = {"xe": xe_sum / total_tokens, **history}
         record["loss"] = record["xe"]
+        if t.scheduled_sampling.enabled:
+            record["sampling"] = sampling
         if self.awc is not None:
             record["awc"] = awc_sum / total_captions
             record["loss"] += record["awc"]

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from catcap.training.awc import AdaptiveWeightConstraint, history_stats
 from catcap.training.losses import cross_entropy
+from catcap.training.scheduled_sampling import scheduled_forward
 from catcap.training.scst import sequence_log_probs
 
 
@@ -41,10 +42,15 @@ class Objective(nn.Module):
             return self.scst(*args)
         raise ValueError(f"unknown objective part {kind!r}: expected 'xe' or 'scst'")
 
-    def xe(self, batch, label_smoothing: float = 0.0) -> dict:
-        """Token-mean XE of a caption batch (and caption-mean AWC); ``history_weight`` for the log."""
-        model = self.model if self._compiled is None else self._compiled
-        logits, extras = model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
+    def xe(self, batch, label_smoothing: float = 0.0, sampling: float = 0.0, sampling_mode: str = "sample") -> dict:
+        """Token-mean XE of a caption batch (and caption-mean AWC); ``history_weight`` for the
+        log. ``sampling`` > 0: scheduled sampling with that probability (step by step)."""
+        if sampling > 0:
+            logits, extras, _ = scheduled_forward(self.model, batch.features, batch.feature_mask, batch.captions,
+                                                  sampling, sampling_mode)
+        else:
+            model = self.model if self._compiled is None else self._compiled
+            logits, extras = model(batch.features, batch.feature_mask, batch.captions, batch.caption_mask)
         # a_t of the steps that predict a real token (words and <eos>): the step whose input is
         # <eos> predicts padding and is not part of the caption (SPEC.md §3: padding excluded)
         query_mask = batch.caption_mask[:, 1:]

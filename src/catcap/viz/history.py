@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from catcap.models.parts import history_heads, model_name
+from catcap.models.parts import history_heads, history_layers, model_name
 from catcap.progress import progress_bar
 
 HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions with a historical context memory
@@ -61,7 +61,7 @@ def check_history_model(captioner, source: str = "this checkpoint") -> None:
 
 def resolve_layer(captioner, layer: int) -> int:
     """Decoder layer index (negative counts from the top, -1 = top) -> 0-based index."""
-    n = captioner.config.model.decoder_layers
+    n = history_layers(captioner.config.model)
     if not -n <= layer < n:
         raise ValueError(f"layer {layer} does not exist: the model has {n} decoder layers; use a layer "
                          f"between {-n} and {n - 1} (-1 = the top layer, 0 = the bottom one)")
@@ -282,7 +282,7 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
     return HistoryCurve(
         label=label or default_label(cap), checkpoint=str(checkpoint) if isinstance(checkpoint, (str, Path)) else "",
         cross_attention=cfg.model.cross_attention, strategy=cfg.model.history.strategy, awc=cfg.train.awc.enabled,
-        layer=index, num_layers=cfg.model.decoder_layers, split=split, images=len(records), include_eos=include_eos,
+        layer=index, num_layers=history_layers(cfg.model), split=split, images=len(records), include_eos=include_eos,
         mean=[float(x) for x in per_head.mean(0)], per_head=per_head.tolist(), counts=counts[:used].tolist(),
         beta=None if betas is None else [float(b) for b in betas[index]], captions=captions)
 
@@ -399,7 +399,7 @@ def image_attention(checkpoint, image_id: str | int | None = None, *, split: str
     inputs = ["<bos>"] + tokens[:-1]
     hist = trace.history[0].cpu().numpy()
     return ImageAttention(
-        key=rec.key, label=label or default_label(cap), layer=index, num_layers=cap.config.model.decoder_layers,
+        key=rec.key, label=label or default_label(cap), layer=index, num_layers=history_layers(cap.config.model),
         strategy=cap.config.model.history.strategy, tokens=tokens,
         history_weight=trace.history_weight[0, :, :steps].mean(0).clamp(0.0, 1.0).cpu().numpy(),
         region_attention=None if trace.region is None else trace.region[0, :steps].cpu().numpy(),

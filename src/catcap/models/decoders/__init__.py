@@ -1,1 +1,2 @@
-"""Decoders: explicit decoding state, Transformer decoder (LSTM and meshed decoders later)."""
+"""Decoders: explicit decoding state, the Transformer and meshed (M2) decoders, the recurrent
+Att2in, Up-Down and Look-Back decoders (``lstm.py``)."""

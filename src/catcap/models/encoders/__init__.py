@@ -1,1 +1,2 @@
-"""Encoders: feature projection and the Transformer encoder (M2 and AoA refiners later)."""
+"""Encoders: feature projection, the Transformer and memory-augmented (M2) encoders, and the
+recurrent captioners' region embedding (``embed.py``); the AoA refiner later."""
