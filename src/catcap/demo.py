@@ -73,13 +73,12 @@ def variant_overrides(name: str) -> list[str]:
     if not path.is_file():
         choices = sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
         raise ValueError(f"unknown model preset {name!r} for --compare; choose from: {', '.join(choices)}")
-    data, out = read_yaml(path), []
-    keys = dict(VARIANT_KEYS)
+    data, out, carried = read_yaml(path), [], VARIANT_KEYS
     if recurrent_decoder(data.get("model", {}).get("decoder", "transformer")):
-        keys = {section: VARIANT_KEYS[section] + RECURRENT_KEYS[section] for section in VARIANT_KEYS}
+        carried = {section: VARIANT_KEYS[section] + RECURRENT_KEYS[section] for section in VARIANT_KEYS}
         tiny = read_yaml(RECURRENT_TINY)["model"]
         out += _flatten("model.rnn", tiny["rnn"]) + [f"model.dropout={tiny['dropout']}"]
-    for section, keys in keys.items():
+    for section, keys in carried.items():
         for key in keys:
             if key in data.get(section, {}):
                 out += _flatten(f"{section}.{key}", data[section][key])

@@ -56,8 +56,6 @@ def check_parts(cfg) -> None:
 
 def _check_recurrent(cfg) -> None:
     """``model.rnn`` only with a recurrent decoder; a recurrent decoder has one attention layer."""
-    from dataclasses import asdict
-
     from catcap.config import ConfigError
 
     if recurrent(cfg):
