@@ -4,13 +4,16 @@ contract and beam-search tests (importable as ``tiny_models``: tests/ is on sys.
 import torch
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
+import catcap.models.cross.aoa  # noqa: F401  (registers AoANet's attention variants)
 import catcap.models.cross.soft  # noqa: F401  (registers the soft-attention variants)
+import catcap.models.decoders.aoa  # noqa: F401  (registers AoANet's decoder)
 import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
 from catcap.models.captioner import Captioner
 from catcap.models.decoders.transformer import MeshedDecoder, TransformerDecoder
+from catcap.models.encoders.aoa import AoARefiner
 from catcap.models.encoders.embed import RegionEmbedding
 from catcap.models.encoders.transformer import MemoryAugmentedEncoder, TransformerEncoder
-from catcap.registry import CROSS_ATTENTION, DECODERS, SOFT_ATTENTION
+from catcap.registry import CROSS_ATTENTION, DECODERS, HEAD_ATTENTION, SOFT_ATTENTION
 
 VOCAB, FEATURES, WIDTH = 30, 12, 16
 RECURRENT = ("att2in", "updown", "lookback")
@@ -21,9 +24,17 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
     """The Transformer (2 + 2 layers, D=16, 2 heads), or ``arch="m2"``: a memory-augmented
     encoder of 3 layers with 4 slots per head whose 3 levels the meshed decoder's 2 layers read;
     or a recurrent decoder (``att2in``, ``updown``, ``lookback``: rnn D=16, word embedding 8,
-    attention hidden 8) over embedded regions. ``cross`` / ``options`` pick the cross (soft)
-    attention; in eval mode."""
+    attention hidden 8) over embedded regions; or ``arch="aoa"``: AoANet, a 2-layer refiner and
+    the AoA decoder (rnn D=16, 2 heads, word embedding 8). ``cross`` / ``options`` pick the cross
+    (soft, head) attention; in eval mode."""
     torch.manual_seed(seed)
+    if arch == "aoa":
+        def make_heads(look_back):
+            return HEAD_ATTENTION.get(cross)(WIDTH, 2, **(options or {}))
+
+        dec = DECODERS.get("aoa")(VOCAB, WIDTH, 8, 0.1, make_heads, pad_id=pad_id)
+        enc = AoARefiner(FEATURES, WIDTH, 2, 2, 1, 0.1)
+        return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
     if arch in RECURRENT:
         def make_soft(look_back):
             return SOFT_ATTENTION.get(cross)(WIDTH, 8, look_back=look_back, **(options or {}))

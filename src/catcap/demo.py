@@ -59,9 +59,12 @@ def caption_split(captioner: Captioner, dataset: ImageDataset, beam: int) -> tup
 MODELS_DIR = DEMO_CONFIG.parents[1] / "models"
 VARIANT_KEYS = {"model": ("encoder", "decoder", "cross_attention", "memory_slots", "history"), "train": ("awc",)}
 # a recurrent (LSTM) preset also brings its one attention layer and its training recipe (step
-# schedule, scheduled sampling), and takes the tiny Up-Down's sizes (configs/models/updown_tiny.yaml)
-RECURRENT_KEYS = {"model": ("decoder_layers",), "train": ("schedule", "scheduled_sampling")}
-RECURRENT_TINY = MODELS_DIR / "updown_tiny.yaml"
+# schedule, scheduled sampling, label smoothing, gradient clipping), and takes the sizes of its
+# family's tiny preset: configs/models/aoanet_tiny.yaml for AoANet, updown_tiny.yaml otherwise
+RECURRENT_KEYS = {"model": ("decoder_layers",),
+                  "train": ("schedule", "scheduled_sampling", "label_smoothing", "grad_clip", "grad_clip_mode")}
+RECURRENT_TINY = {"aoa": MODELS_DIR / "aoanet_tiny.yaml"}
+DEFAULT_RECURRENT_TINY = MODELS_DIR / "updown_tiny.yaml"
 
 
 def variant_overrides(name: str) -> list[str]:
@@ -74,10 +77,12 @@ def variant_overrides(name: str) -> list[str]:
         choices = sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
         raise ValueError(f"unknown model preset {name!r} for --compare; choose from: {', '.join(choices)}")
     data, out, carried = read_yaml(path), [], VARIANT_KEYS
-    if recurrent_decoder(data.get("model", {}).get("decoder", "transformer")):
+    decoder = data.get("model", {}).get("decoder", "transformer")
+    if recurrent_decoder(decoder):
         carried = {section: VARIANT_KEYS[section] + RECURRENT_KEYS[section] for section in VARIANT_KEYS}
-        tiny = read_yaml(RECURRENT_TINY)["model"]
-        out += _flatten("model.rnn", tiny["rnn"]) + [f"model.dropout={tiny['dropout']}"]
+        tiny = read_yaml(RECURRENT_TINY.get(decoder, DEFAULT_RECURRENT_TINY))["model"]
+        sizes = {k: v for k, v in tiny.items() if k not in VARIANT_KEYS["model"] and k != "feature_dim"}
+        out += [item for key, value in sizes.items() for item in _flatten(f"model.{key}", value)]
     for section, keys in carried.items():
         for key in keys:
             if key in data.get(section, {}):

@@ -61,3 +61,5 @@ DECODERS: Registry = Registry("decoder")
 CROSS_ATTENTION: Registry = Registry("cross_attention")
 #: the additive attention of the recurrent (LSTM) decoders, under the same variant names
 SOFT_ATTENTION: Registry = Registry("soft attention (recurrent decoders)")
+#: the multi-head attention of one decoding step of AoANet's LSTM decoder, under the same names
+HEAD_ATTENTION: Registry = Registry("multi-head step attention (AoANet decoder)")

@@ -53,7 +53,27 @@ def test_demo_compare_rejects_an_unknown_preset(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path), "--compare", "transformer,catt"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert ("unknown model preset 'catt' for --compare; choose from: att2in, att2in_caca, cat, lightcat, lookback, "
+    assert ("unknown model preset 'catt' for --compare; choose from: aoanet, aoanet_caca, aoanet_light_caca, "
+            "aoanet_tiny, att2in, att2in_caca, cat, lightcat, lookback, "
             "lookback_caca, m2, m2_caca, m2_caca_gated, m2_caca_tiny, m2_light_caca, m2_tiny, tiny, transformer, "
             "updown, updown_caca, updown_light_caca, updown_tiny") in proc.stderr
     assert not (tmp_path / "world").exists(), "presets are checked before any work starts"
+
+
+def test_compare_overrides_take_the_family_recipe_at_its_tiny_size():
+    """An AoANet preset brings its parts, recipe (label smoothing, value clipping, schedule,
+    scheduled sampling) and AWC, at aoanet_tiny.yaml's sizes; an Up-Down one updown_tiny.yaml's."""
+    from catcap.config import load_config
+    from catcap.demo import DEMO_CONFIG, variant_overrides
+    from catcap.training.experiment import ExperimentConfig
+
+    cfg = load_config(ExperimentConfig, DEMO_CONFIG, variant_overrides("aoanet_caca"))
+    m, t = cfg.model, cfg.train
+    assert (m.encoder, m.decoder, m.cross_attention, m.d_model, m.num_heads, m.encoder_layers, m.decoder_layers,
+            m.rnn.word_dim, m.dropout, m.feature_dim) == ("aoa_refiner", "aoa", "caca", 128, 4, 2, 1, 64, 0.3, 2048)
+    assert (t.label_smoothing, t.grad_clip, t.grad_clip_mode, t.schedule.name, t.schedule.lr, t.awc.enabled,
+            t.scheduled_sampling.max_prob) == (0.2, 0.1, "value", "step", 2e-4, True, 0.5)
+    updown = load_config(ExperimentConfig, DEMO_CONFIG, variant_overrides("updown")).model
+    assert (updown.d_model, updown.rnn.word_dim, updown.rnn.att_hidden, updown.dropout) == (128, 64, 64, 0.3)
+    transformer = load_config(ExperimentConfig, DEMO_CONFIG, variant_overrides("cat"))
+    assert transformer.train.label_smoothing == 0.0 and transformer.train.grad_clip_mode == "norm"

@@ -1,7 +1,7 @@
 """The decoder contract (DESIGN.md): teacher-forced == cached steps; padded == unpadded;
 caches move with hypotheses — for every decoder (the Transformer's over one encoder level, M2's
-meshed one over every level of a memory-augmented encoder, the recurrent Att2in, Up-Down and
-Look-Back), every cross-attention variant and history strategy, and both placements of CACA's
+meshed one over every level of a memory-augmented encoder, the recurrent Att2in, Up-Down,
+Look-Back and AoANet), every cross-attention variant and history strategy, and both placements of CACA's
 history in the meshed decoder."""
 
 import pytest
@@ -30,7 +30,7 @@ MESHED = [("m2", name, opts) for name, opts in VARIANTS] + [
 SOFT = [("vanilla", {}), ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}),
         ("caca", {"shared": False}), ("light_caca", {}), ("light_caca", {"strategy": "ihc"}),
         ("light_caca", {"strategy": "ohc"})]
-RECURRENT = [(arch, name, opts) for arch in ("att2in", "updown", "lookback") for name, opts in SOFT]
+RECURRENT = [(arch, name, opts) for arch in ("att2in", "updown", "lookback", "aoa") for name, opts in SOFT]
 VARIANTS = [("transformer", name, opts) for name, opts in VARIANTS] + MESHED + RECURRENT
 IDS = ["-".join([arch, name, *map(str, opts.values())]) for arch, name, opts in VARIANTS]
 

@@ -177,7 +177,7 @@ def test_config_refuses_what_a_recurrent_decoder_would_ignore(kwargs, message):
 
 
 def test_embed_encoder_refuses_memory_slots():
-    with pytest.raises(ValueError, match="no self-attention to add 4 memory slots"):
+    with pytest.raises(ValueError, match="RegionEmbedding encoder takes no memory slots \\(found model.memory_slots=4\\)"):
         build_captioner(_cfg(memory_slots=4), 30)
 
 

@@ -16,7 +16,7 @@ from catcap.data.synthetic import make_world
 from catcap.decoding.greedy import greedy
 from catcap.training.scheduled_sampling import ScheduledSamplingConfig, sampling_probability, scheduled_forward
 
-ARCHS = [("updown", "caca"), ("att2in", "vanilla"), ("lookback", "light_caca"), ("transformer", "caca")]
+ARCHS = [("updown", "caca"), ("att2in", "vanilla"), ("lookback", "light_caca"), ("aoa", "caca"), ("transformer", "caca")]
 
 
 def batch():

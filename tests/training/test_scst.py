@@ -41,12 +41,13 @@ def test_config_rejects_a_mean_baseline_with_one_sample():
 
 
 ARCHS = {"transformer": {}, "m2": dict(encoder="memory_augmented", decoder="meshed", memory_slots=3, encoder_layers=2),
-         "updown": dict(encoder="embed", decoder="updown", decoder_layers=1)}
+         "updown": dict(encoder="embed", decoder="updown", decoder_layers=1),
+         "aoa": dict(encoder="aoa_refiner", decoder="aoa", decoder_layers=1)}
 
 
 def tiny(cross, arch="transformer"):
     """A tiny Transformer / CAT / LightCAT, or the same cross attention in M2 (2 encoder levels)
-    or in Up-Down (soft attention)."""
+    or in Up-Down (soft attention) or AoANet (its multi-head attention)."""
     torch.manual_seed(0)
     parts = ARCHS[arch]
     cfg = ModelConfig(**{"cross_attention": cross, "feature_dim": 12, "d_model": 16, "num_heads": 2, "encoder_layers": 1,
@@ -54,7 +55,7 @@ def tiny(cross, arch="transformer"):
     return build_captioner(cfg, 30)
 
 
-@pytest.mark.parametrize("arch", ["transformer", "m2", "updown"])
+@pytest.mark.parametrize("arch", ["transformer", "m2", "updown", "aoa"])
 @pytest.mark.parametrize("cross", ["vanilla", "caca", "light_caca"])
 def test_scored_log_probs_equal_those_of_sampling(cross, arch):
     """One teacher-forced pass over the n samples of each image (grouped rows sharing the

@@ -310,34 +310,51 @@ def _analyze_cli(checkpoint, out) -> dict:
     return entry
 
 
-@pytest.fixture(scope="module")
-def updown_caca_checkpoint(world, tmp_path_factory):
-    """A tiny Up-Down + CACA (embedded regions, soft attention, one history) trained a few steps with AWC."""
-    out = tmp_path_factory.mktemp("updowncaca")
+def _tiny_recurrent_caca(world, out, parts: dict):
+    """A tiny recurrent captioner with CACA trained a few steps with AWC -> its last checkpoint."""
     items = {
         "data.dataset": world.dataset, "data.features": world.features, "data.min_count": 1,
-        "model.feature_dim": 16, "model.d_model": 32, "model.num_heads": 1, "model.encoder": "embed",
-        "model.decoder": "updown", "model.decoder_layers": 1, "model.rnn.word_dim": 16, "model.rnn.att_hidden": 16,
+        "model.feature_dim": 16, "model.d_model": 32, "model.decoder_layers": 1, "model.rnn.word_dim": 16,
         "model.cross_attention": "caca", "train.awc.enabled": "true", "out_dir": out, "train.batch_size": 12,
         "train.epochs": 1, "train.max_steps": 12, "train.schedule.name": "step", "train.schedule.lr": 0.002,
-        "train.progress": "false",
+        "train.progress": "false", **parts,
     }
     api.train(None, [f"{k}={v}" for k, v in items.items()], log=lambda m: None)
     return out / "last"
 
 
-@torch.no_grad()
-def test_updown_caca_history_weights_and_attention(world, updown_caca_checkpoint, tmp_path):
-    """An LSTM decoder's soft CACA has one layer and one head: its curve is that head's weight,
-    step by step as the decoder computes it; each word's attention covers regions + history."""
-    cap = Captioner.from_pretrained(updown_caca_checkpoint, device="cpu")
+@pytest.fixture(scope="module")
+def updown_caca_checkpoint(world, tmp_path_factory):
+    """Up-Down + CACA: embedded regions, soft attention, one history."""
+    return _tiny_recurrent_caca(world, tmp_path_factory.mktemp("updowncaca"), {
+        "model.num_heads": 1, "model.encoder": "embed", "model.decoder": "updown", "model.rnn.att_hidden": 16})
+
+
+@pytest.fixture(scope="module")
+def aoanet_caca_checkpoint(world, tmp_path_factory):
+    """AoANet + CACA: a 2-layer refiner, 2 heads, one history per head."""
+    return _tiny_recurrent_caca(world, tmp_path_factory.mktemp("aoanetcaca"), {
+        "model.num_heads": 2, "model.encoder": "aoa_refiner", "model.encoder_layers": 2, "model.decoder": "aoa"})
+
+
+@pytest.mark.parametrize("name, heads, label", [("updown", 1, "Up-Down + CACA + AWC"), ("aoanet", 2, "AoANet + CACA + AWC")])
+def test_recurrent_caca_history_weights_and_attention(world, request, tmp_path, name, heads, label):
+    """An LSTM decoder's CACA has one layer: Up-Down's soft attention one head, AoANet's 2 heads
+    with a history each. The curve is the head-averaged weight, step by step as the decoder
+    computes it, with one curve and one beta per head; each word's attention covers regions + history."""
+    checkpoint = request.getfixturevalue(f"{name}_caca_checkpoint")  # trained here, outside no_grad
+    with torch.no_grad():
+        _check_recurrent_history(world, checkpoint, heads)
+    assert _analyze_cli(checkpoint, tmp_path / name)["label"] == label
+
+
+def _check_recurrent_history(world, checkpoint, heads: int) -> None:
+    cap = Captioner.from_pretrained(checkpoint, device="cpu")
     records, store = _val(world)
     manual = [_manual(cap, store.get(r.key).regions, layers=(0,)) for r in records]
-    curve = collect_history_weights(updown_caca_checkpoint, split="val", batch_size=4, max_len=MAX_LEN,
-                                    progress=False, device="cpu")
+    curve = collect_history_weights(checkpoint, split="val", batch_size=4, max_len=MAX_LEN, progress=False, device="cpu")
     lengths = [len(t) for t, _ in manual]
     expected = [np.mean([w[0][k] for (_, w), n in zip(manual, lengths) if n > k]) for k in range(max(lengths))]
     np.testing.assert_allclose(curve.mean, expected, atol=2e-6)
-    assert len(curve.per_head) == 1 and len(curve.beta) == 1
+    assert len(curve.per_head) == heads and len(curve.beta) == heads
     _check_one_image(cap, records[0].key)
-    assert _analyze_cli(updown_caca_checkpoint, tmp_path / "updown")["label"] == "Up-Down + CACA + AWC"

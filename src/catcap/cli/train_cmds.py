@@ -35,6 +35,11 @@ LSTM captioner whose soft attention is vanilla, caca or light_caca; rnn size mod
 other sizes model.rnn.word_dim / att_hidden; train.scheduled_sampling.enabled=true feeds it its
 own words (+increase every `every` epochs up to max_prob): configs/models/updown.yaml,
 updown_caca.yaml (att2in*, lookback* alike); docs/recurrent.md.
+model.encoder=aoa_refiner model.decoder=aoa is AoANet (refiner of model.encoder_layers
+self-attention layers with attention on attention; LSTM decoder attending with
+model.num_heads heads; vanilla, caca or light_caca with one history per head), its recipe in
+configs/models/aoanet.yaml (label smoothing 0.2, train.grad_clip_mode=value clamps every
+gradient at train.grad_clip): aoanet_caca.yaml, aoanet_light_caca.yaml; docs/aoanet.md.
 Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the CIDEr-D
 reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights: SCST
 scores them first and keeps them as best/ until an SCST epoch beats them).
@@ -58,6 +63,7 @@ examples:
   catcap train --config configs/models/cat.yaml data.dataset=D.json data.features=F.h5
   catcap train --config configs/models/m2_caca.yaml data.dataset=D.json data.features=F.h5
   catcap train --config configs/models/updown_caca.yaml data.dataset=D.json data.features=F.h5
+  catcap train --config configs/experiments/flickr8k_aoanet.yaml
 """
 
 
@@ -86,8 +92,9 @@ With --compare, trains several model presets (configs/models/NAME.yaml: their en
 decoder, cross attention, memory slots and AWC settings, at the demo's tiny size) on the same
 world and seed and prints one table, e.g. the Transformer, CAT (CACA + AWC), LightCAT
 (LightCACA + AWC), M2 (memory-augmented encoder + meshed decoder) and M2 + CACA. An LSTM
-preset (att2in, updown, lookback and their _caca twins) also brings its training recipe
-(step schedule, scheduled sampling) and takes the tiny Up-Down's sizes (updown_tiny.yaml).
+preset (att2in, updown, lookback, aoanet and their _caca twins) also brings its training
+recipe (step schedule, scheduled sampling, label smoothing, gradient clipping) and takes its
+family's tiny sizes (aoanet_tiny.yaml for AoANet, updown_tiny.yaml for the others).
 
 example:
   catcap demo
@@ -95,6 +102,7 @@ example:
   catcap demo --compare transformer,cat,lightcat
   catcap demo --compare transformer,cat,m2,m2_caca
   catcap demo --compare cat,updown,updown_caca
+  catcap demo --compare transformer,cat,aoanet,aoanet_caca
 """
 
 

@@ -64,9 +64,11 @@ def _append(a: Tensor, b: Tensor) -> Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head scaled dot-product attention (Vaswani et al.), dropout on the weights."""
+    """Multi-head scaled dot-product attention (Vaswani et al.), dropout on the weights.
+    ``output=False`` leaves out W_O: the heads are only concatenated (AoANet's attention,
+    whose attention-on-attention layer follows instead)."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, output: bool = True):
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
@@ -74,7 +76,7 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = Linear(d_model, d_model)
         self.k_proj = Linear(d_model, d_model)
         self.v_proj = Linear(d_model, d_model)
-        self.out_proj = Linear(d_model, d_model)
+        self.out_proj = Linear(d_model, d_model) if output else None
         self.dropout = dropout
 
     def _split(self, x: Tensor) -> Tensor:
@@ -104,9 +106,10 @@ class MultiHeadAttention(nn.Module):
         return self._split(self.q_proj(query))
 
     def merge(self, heads: Tensor) -> Tensor:
-        """(B, H, T, d_k) head outputs -> (B, T, D) after W_O."""
+        """(B, H, T, d_k) head outputs -> (B, T, D) after W_O (concatenated only without W_O)."""
         b, _, t, _ = heads.shape
-        return self.out_proj(heads.transpose(1, 2).reshape(b, t, self.d_model))
+        merged = heads.transpose(1, 2).reshape(b, t, self.d_model)
+        return merged if self.out_proj is None else self.out_proj(merged)
 
     def merge_levels(self, heads: Tensor, levels: int) -> Tensor:
         """(B, L*H, T, d_k) level-head outputs -> (B, L, T, D): each level's heads merged by W_O."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from catcap.models.captioner import Captioner
 from catcap.models.config import ModelConfig
-from catcap.models.parts import attention_registry, cross_options, encoder_levels, recurrent
+from catcap.models.parts import attention_registry, cross_options, encoder_levels, multi_head_recurrent, recurrent
 from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
 
 
@@ -23,9 +23,12 @@ def build_encoder(cfg: ModelConfig):
 
 
 def soft_attention_factory(cfg: ModelConfig):
-    """A function making a recurrent decoder's soft attention of the configured variant
-    (``look_back``: Look-Back's query also reads the previous context)."""
+    """A function making a recurrent decoder's attention of the configured variant: soft
+    attention (``look_back``: Look-Back's query also reads the previous context), or AoANet's
+    multi-head step attention."""
     cls, kwargs = attention_registry(cfg).get(cfg.cross_attention), cross_options(cfg)
+    if multi_head_recurrent(cfg):  # AoANet: dot-product heads (no Look-Back query)
+        return lambda look_back: cls(cfg.d_model, cfg.num_heads, **kwargs)
     return lambda look_back: cls(cfg.d_model, cfg.rnn.att_hidden, look_back=look_back, **kwargs)
 
 

@@ -12,12 +12,15 @@ import inspect
 from dataclasses import asdict
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
+import catcap.models.cross.aoa  # noqa: F401  (registers AoANet's decoder attention)
 import catcap.models.cross.soft  # noqa: F401  (registers the recurrent decoders' soft attention)
+import catcap.models.decoders.aoa  # noqa: F401  (registers AoANet's decoder)
 import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
 import catcap.models.decoders.transformer  # noqa: F401  (registers the decoders)
+import catcap.models.encoders.aoa  # noqa: F401  (registers AoANet's refiner)
 import catcap.models.encoders.embed  # noqa: F401  (registers the region embedding)
 import catcap.models.encoders.transformer  # noqa: F401  (registers the encoders)
-from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS, SOFT_ATTENTION
+from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS, HEAD_ATTENTION, SOFT_ATTENTION
 
 #: which model.history options each variant reads, for the error message
 _READS = ("caca reads strategy, shared, normalize and placement (in a recurrent decoder strategy and shared); "
@@ -25,7 +28,7 @@ _READS = ("caca reads strategy, shared, normalize and placement (in a recurrent 
 
 
 def recurrent_decoder(name: str) -> bool:
-    """Whether decoder ``name`` is an LSTM one (Att2in, Up-Down, Look-Back)."""
+    """Whether decoder ``name`` is an LSTM one (Att2in, Up-Down, Look-Back, AoANet)."""
     return getattr(DECODERS.get(name), "recurrent", False)
 
 
@@ -34,10 +37,18 @@ def recurrent(cfg) -> bool:
     return recurrent_decoder(cfg.decoder)
 
 
+def multi_head_recurrent(cfg) -> bool:
+    """Whether the configured decoder is an LSTM one that attends with several heads (AoANet)."""
+    return recurrent(cfg) and DECODERS.get(cfg.decoder).multi_head
+
+
 def attention_registry(cfg):
     """Where the configured cross-attention variant lives: multi-head cross attention for the
-    Transformer decoders, soft (additive) attention for the recurrent ones (same names)."""
-    return SOFT_ATTENTION if recurrent(cfg) else CROSS_ATTENTION
+    Transformer decoders, soft (additive) attention for the LSTM ones, multi-head step attention
+    for AoANet's decoder (same names in each)."""
+    if not recurrent(cfg):
+        return CROSS_ATTENTION
+    return HEAD_ATTENTION if multi_head_recurrent(cfg) else SOFT_ATTENTION
 
 
 def check_parts(cfg) -> None:
@@ -63,6 +74,10 @@ def _check_recurrent(cfg) -> None:
             raise ConfigError(f"model.decoder={cfg.decoder} is an LSTM decoder with one attention layer: set "
                               f"model.decoder_layers=1 (found {cfg.decoder_layers}), or start from its preset "
                               f"configs/models/{cfg.decoder}.yaml")
+        if multi_head_recurrent(cfg) and cfg.rnn.att_hidden != type(cfg.rnn)().att_hidden:
+            raise ConfigError(f"model.rnn.att_hidden={cfg.rnn.att_hidden} sizes additive attention; decoder "
+                              f"{cfg.decoder!r} attends with {cfg.num_heads} dot-product heads of width d_model / "
+                              f"num_heads: remove it (set model.num_heads instead)")
     elif asdict(cfg.rnn) != asdict(type(cfg.rnn)()):
         raise ConfigError(f"model.rnn ({asdict(cfg.rnn)}) sizes the LSTM decoders (att2in, updown, lookback) and "
                           f"has no effect on decoder {cfg.decoder!r}; remove it")
@@ -98,8 +113,10 @@ def memory_levels(cfg) -> int:
 def history_heads(cfg) -> int:
     """History weights per decoder layer (the AWC betas' second axis): one per head and level
     read (level-heads, see ``catcap.models.attention``); 1 for a recurrent decoder's single-head
-    soft attention."""
-    return 1 if recurrent(cfg) else cfg.num_heads * memory_levels(cfg)
+    soft attention, the heads of AoANet's."""
+    if recurrent(cfg):
+        return cfg.num_heads if multi_head_recurrent(cfg) else 1
+    return cfg.num_heads * memory_levels(cfg)
 
 
 def history_layers(cfg) -> int:
@@ -112,7 +129,8 @@ def history_layers(cfg) -> int:
 _NAMES = {("transformer", "vanilla"): "Transformer", ("transformer", "caca"): "CAT", ("transformer", "light_caca"): "LightCAT",
           ("meshed", "vanilla"): "M2", ("meshed", "caca"): "M2 + CACA", ("meshed", "light_caca"): "M2 + LightCACA",
           **{(key, cross): name + suffix for key, name in (("att2in", "Att2in"), ("updown", "Up-Down"), ("lookback", "Look-Back"))
-             for cross, suffix in (("vanilla", ""), ("caca", " + CACA"), ("light_caca", " + LightCACA"))}}
+             for cross, suffix in (("vanilla", ""), ("caca", " + CACA"), ("light_caca", " + LightCACA"))},
+          ("aoa", "vanilla"): "AoANet", ("aoa", "caca"): "AoANet + CACA", ("aoa", "light_caca"): "AoANet + LightCACA"}
 
 
 def model_name(cfg) -> str:

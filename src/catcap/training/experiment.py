@@ -26,6 +26,8 @@ class TrainConfig:
     ``objective``: ``xe``; ``scst`` (self-critical from the first step, usually with
     ``init_from`` = an XE checkpoint whose weights and vocabulary start the run); or
     ``xe_then_scst`` (switch when validation CIDEr-D stalls, ``scst.switch_patience``).
+    ``grad_clip`` (0 = off) bounds the global gradient norm, or with ``grad_clip_mode: value``
+    every gradient element (the LSTM anchors' rule; AoANet's recipe clamps at 0.1).
     ``val_beam``: beam size of validation decoding (1 = greedy; the paper evaluates with 5).
     ``awc`` also applies during SCST only when ``scst`` is asked to keep it (off by default).
     ``device``: auto (CUDA when available) | cpu | cuda. ``precision``: fp32 | bf16 | fp16
@@ -42,6 +44,7 @@ class TrainConfig:
     seed: int = 0
     label_smoothing: float = 0.0
     grad_clip: float = 1.0
+    grad_clip_mode: Literal["norm", "value"] = "norm"
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     num_workers: int = 0
     save_every: int = 0

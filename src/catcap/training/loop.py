@@ -253,7 +253,7 @@ class Trainer:
             set_learning_rate(self.optimizer, learning_rate(t.schedule, self.pos.step + 1, self.pos.epoch, self.cfg.model.d_model))
         self.optimizer.zero_grad(set_to_none=True)
         record = self._scst_parts(micro) if self.pos.phase == "scst" else self._xe_parts(micro)
-        self.precision.step(self.optimizer, self._parameters(), t.grad_clip)
+        self.precision.step(self.optimizer, self._parameters(), t.grad_clip, t.grad_clip_mode)
         self.pos.step += 1
         return record
 

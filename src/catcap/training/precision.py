@@ -44,10 +44,15 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def step(self, optimizer, params, grad_clip: float) -> None:
-        """Unscale (fp16), clip, step (skipped by the scaler when gradients overflowed), update."""
+    def step(self, optimizer, params, grad_clip: float, mode: str = "norm") -> None:
+        """Unscale (fp16), clip, step (skipped by the scaler when gradients overflowed), update.
+        ``mode`` ``norm``: the global gradient norm is scaled down to ``grad_clip``; ``value``:
+        every gradient element is clamped to [-grad_clip, grad_clip] (the LSTM anchors' rule,
+        e.g. AoANet's 0.1)."""
         self.scaler.unscale_(optimizer)
-        if grad_clip > 0:
+        if grad_clip > 0 and mode == "value":
+            torch.nn.utils.clip_grad_value_(params, grad_clip)
+        elif grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
         self.scaler.step(optimizer)
         self.scaler.update()

@@ -83,16 +83,16 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
 
 
 def stack_steps(extras: list[dict]) -> dict:
-    """Per-step extras (one layer, one head, T = 1; see :mod:`catcap.models.cross.soft`) -> the
+    """Per-step extras (one layer of H heads, T = 1; see :mod:`catcap.models.cross.soft`) -> the
     layer's extras over T steps, history entries not yet written at zero weight; {} for vanilla
     attention."""
     if not extras or not extras[0]:
         return {}
-    t, a = len(extras), torch.cat([e["history_weight"] for e in extras], 2)  # (R, 1, T)
+    t, a = len(extras), torch.cat([e["history_weight"] for e in extras], 2)  # (R, H, T)
     regions = [e["region_attention"] for e in extras]  # None throughout for OHC
 
-    def padded(h):  # (R, 1, 1, m) -> (R, 1, 1, T); IHC's first step has no entries
-        return a.new_zeros(a.shape[0], 1, 1, t) if h is None else F.pad(h, (0, t - h.shape[-1]))
+    def padded(h):  # (R, H, 1, m) -> (R, H, 1, T); IHC's first step has no entries
+        return a.new_zeros(*a.shape[:2], 1, t) if h is None else F.pad(h, (0, t - h.shape[-1]))
 
     return {"history_weight": a, "region_attention": None if regions[0] is None else torch.cat(regions, 2),
             "history_attention": torch.cat([padded(e["history_attention"]) for e in extras], 2)}
@@ -106,6 +106,7 @@ class RecurrentDecoder(nn.Module):
 
     meshed = False  # reads the encoder's top level
     recurrent = True
+    multi_head = False  # soft (additive, one-head) attention; AoANet's decoder attends with H heads
     look_back = False
 
     def __init__(self, vocab_size: int, d_model: int, word_dim: int, dropout: float,

@@ -25,8 +25,8 @@ class RegionEmbedding(nn.Module):
                  memory_slots: int = 0):
         super().__init__()
         if memory_slots:
-            raise ValueError(f"the embed encoder has no self-attention to add {memory_slots} memory slots to; "
-                             "use model.encoder=memory_augmented or leave model.memory_slots unset")
+            raise ValueError(f"the {type(self).__name__} encoder takes no memory slots (found model.memory_slots="
+                             f"{memory_slots}); use model.encoder=memory_augmented or leave model.memory_slots unset")
         self.net = nn.Sequential(Linear(feature_dim, d_model), nn.ReLU(inplace=True), nn.Dropout(dropout))
 
     def forward(self, features: Tensor, mask: Tensor) -> Tensor:
