@@ -13,6 +13,7 @@ from catcap.models.decoders.transformer import MeshedDecoder, TransformerDecoder
 from catcap.models.encoders.aoa import AoARefiner
 from catcap.models.encoders.embed import RegionEmbedding
 from catcap.models.encoders.transformer import MemoryAugmentedEncoder, TransformerEncoder
+from catcap.models.vlp import VLPDecoder, VLPRegions
 from catcap.registry import CROSS_ATTENTION, DECODERS, HEAD_ATTENTION, SOFT_ATTENTION
 
 VOCAB, FEATURES, WIDTH = 30, 12, 16
@@ -26,8 +27,12 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
     or a recurrent decoder (``att2in``, ``updown``, ``lookback``: rnn D=16, word embedding 8,
     attention hidden 8) over embedded regions; or ``arch="aoa"``: AoANet, a 2-layer refiner and
     the AoA decoder (rnn D=16, 2 heads, word embedding 8). ``cross`` / ``options`` pick the cross
-    (soft, head) attention; in eval mode."""
+    (soft, head) attention; or ``arch="vlp"``: the one-stream VLP model (2 shared layers, D=16,
+    2 heads; no cross attention). In eval mode."""
     torch.manual_seed(seed)
+    if arch == "vlp":
+        dec = VLPDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, max_len=12, pad_id=pad_id)
+        return Captioner(VLPRegions(FEATURES, WIDTH, 2, 1, 1, 0.1), dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
     if arch == "aoa":
         def make_heads(look_back):
             return HEAD_ATTENTION.get(cross)(WIDTH, 2, **(options or {}))

@@ -6,7 +6,8 @@ import pytest
 from catcap.config import ConfigError, load_config
 from catcap.models.builders import build_captioner
 from catcap.models.config import ModelConfig
-from catcap.registry import UnknownName
+from catcap.registry import DECODERS, ENCODERS, UnknownName
+from catcap.training.experiment import ExperimentConfig
 
 CONFIGS = Path(__file__).parents[2] / "configs" / "models"
 
@@ -37,3 +38,13 @@ def test_tiny_preset_and_errors():
         build_captioner(ModelConfig(cross_attention="nope"), 50)
     with pytest.raises(ConfigError, match="divisible"):
         load_config(Wrapper, None, ["model.num_heads=7"])
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.parent.glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_shipped_config_loads_and_its_model_builds(path):
+    """Every preset, experiment and ablation config is valid as shipped (unknown keys, types and
+    part options are checked on load), and its model builds (at a vocabulary of 50)."""
+    cfg = load_config(ExperimentConfig, path)
+    model = build_captioner(cfg.model, 50)
+    assert type(model.encoder) is ENCODERS.get(cfg.model.encoder) and type(model.decoder) is DECODERS.get(cfg.model.decoder)
+    assert model.decoder.output.out_features == 50

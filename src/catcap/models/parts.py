@@ -20,6 +20,7 @@ import catcap.models.decoders.transformer  # noqa: F401  (registers the decoders
 import catcap.models.encoders.aoa  # noqa: F401  (registers AoANet's refiner)
 import catcap.models.encoders.embed  # noqa: F401  (registers the region embedding)
 import catcap.models.encoders.transformer  # noqa: F401  (registers the encoders)
+import catcap.models.vlp  # noqa: F401  (registers VLP's region embedding and shared Transformer)
 from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS, HEAD_ATTENTION, SOFT_ATTENTION
 
 #: which model.history options each variant reads, for the error message
@@ -60,6 +61,9 @@ def check_parts(cfg) -> None:
     DECODERS.get(cfg.decoder)
     cross_options(cfg)
     _check_recurrent(cfg)
+    if not getattr(DECODERS.get(cfg.decoder), "uses_cross_attention", True) and cfg.cross_attention != "vanilla":
+        raise ConfigError(f"model.decoder={cfg.decoder} is one stream over regions and words, with no cross attention "
+                          f"to make {cfg.cross_attention!r}: set model.cross_attention=vanilla")
     if cfg.history.placement != "per_level" and not DECODERS.get(cfg.decoder).meshed:
         raise ConfigError(f"model.history.placement={cfg.history.placement!r} has no effect with decoder "
                           f"{cfg.decoder!r}, which reads one encoder level; use model.decoder=meshed (M2) or remove it")
@@ -130,7 +134,7 @@ _NAMES = {("transformer", "vanilla"): "Transformer", ("transformer", "caca"): "C
           ("meshed", "vanilla"): "M2", ("meshed", "caca"): "M2 + CACA", ("meshed", "light_caca"): "M2 + LightCACA",
           **{(key, cross): name + suffix for key, name in (("att2in", "Att2in"), ("updown", "Up-Down"), ("lookback", "Look-Back"))
              for cross, suffix in (("vanilla", ""), ("caca", " + CACA"), ("light_caca", " + LightCACA"))},
-          ("aoa", "vanilla"): "AoANet", ("aoa", "caca"): "AoANet + CACA", ("aoa", "light_caca"): "AoANet + LightCACA"}
+          ("vlp", "vanilla"): "VLP", ("aoa", "vanilla"): "AoANet", ("aoa", "caca"): "AoANet + CACA", ("aoa", "light_caca"): "AoANet + LightCACA"}
 
 
 def model_name(cfg) -> str:
