@@ -45,7 +45,9 @@ VARIANTS = {"transformer": {}, "cat-awc": {"model.cross_attention": "caca", "tra
                                      "model.rnn.att_hidden": 16, "train.awc.enabled": "true",
                                      "train.schedule.name": "step", "train.schedule.lr": 1e-3,
                                      "train.scheduled_sampling.enabled": "true", "train.scheduled_sampling.every": 1,
-                                     "train.scheduled_sampling.increase": 0.5, "train.scheduled_sampling.max_prob": 0.5}}
+                                     "train.scheduled_sampling.increase": 0.5, "train.scheduled_sampling.max_prob": 0.5},
+            # VLP's masked-token pre-training: the masks and the mask kind are drawn from the step
+            "vlp-mlm": {"model.encoder": "vlp_regions", "model.decoder": "vlp", "train.mlm.enabled": "true"}}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -43,6 +43,8 @@ from catcap.models.linear import Linear
 from catcap.registry import DECODERS, ENCODERS
 
 MASK_KINDS = ("bidirectional", "seq2seq")
+#: the id that stands for [MASK] in a text input (it is not a vocabulary word)
+MASK_ID = -1
 
 
 def vlp_attention_mask(image_mask: Tensor, text_mask: Tensor, kind: str) -> Tensor:
@@ -163,9 +165,29 @@ class VLPDecoder(nn.Module):
         return self.dropout(self.input_norm(x)), torch.cat([ones, region_mask, ones], 1)
 
     def text_inputs(self, tokens: Tensor | None, positions: Tensor) -> Tensor:
-        """Words (R, Q) (None: [MASK]s) at text positions (Q,) -> (R | 1, Q, D)."""
-        token = self.special[2][None, None] if tokens is None else self.embed(tokens)
+        """Words (R, Q) (None: all [MASK]; ``MASK_ID`` entries: [MASK]) at text positions (Q,)
+        -> (R | 1, Q, D)."""
+        if tokens is None:
+            token = self.special[2][None, None]
+        else:
+            masked = tokens == MASK_ID
+            token = self.embed(tokens.masked_fill(masked, 0))
+            token = torch.where(masked[..., None], self.special[2], token)
         return self.dropout(self.input_norm(token + self.positions(positions) + self.segments[1]))
+
+    # masked-token prediction (pre-training) --------------------------------------------------
+    def masked_lm(self, memory: Tensor, memory_mask: Tensor, tokens: Tensor, token_mask: Tensor, kind: str) -> Tensor:
+        """The whole sequence ``[CLS] r [SEP] w_1..w_T`` under the ``kind`` mask: memory (B, L, N, D)
+        or (B, N, D) regions with mask (B, N), tokens (B, T) words at positions 1..T (``MASK_ID``
+        where masked), token_mask (B, T) True = real -> logits (B, T, V) at every word position."""
+        regions = memory[:, -1] if memory.dim() == 4 else memory
+        image, image_mask = self.image_inputs(regions, memory_mask)
+        t = tokens.shape[1]
+        x = torch.cat([image, self.text_inputs(tokens, torch.arange(1, t + 1, device=tokens.device))], 1)
+        allowed = vlp_attention_mask(image_mask, token_mask, kind)
+        for layer in self.layers:
+            x = layer(x, allowed)
+        return self.output(self.norm(x[:, image.shape[1]:]))
 
     # the image part, once per image -----------------------------------------------------------
     def prepare(self, memory: Tensor, memory_mask: Tensor) -> VLPImage:
@@ -217,7 +239,7 @@ class VLPDecoder(nn.Module):
         """tokens (R,) the previous word (``<bos>`` at the first step: no word) -> logits (R, V)
         of the [MASK] after it, the state with the word's keys/values cached, extras."""
         p, r = state.position, tokens.shape[0]
-        if p + 1 > self.max_len:
+        if p + 1 > self.max_len:  # text positions 1..max_len
             raise ValueError(f"VLP decodes at most model.max_len={self.max_len} words; raise model.max_len")
         device = tokens.device
         mask_in = self.text_inputs(None, torch.tensor([p + 1], device=device)).expand(r, -1, -1)

@@ -9,6 +9,7 @@ from catcap.data.config import DataConfig
 from catcap.models.config import ModelConfig
 from catcap.training.awc import AWCConfig
 from catcap.training.schedule import ScheduleConfig
+from catcap.training.mlm import MLMConfig
 from catcap.training.scheduled_sampling import ScheduledSamplingConfig
 from catcap.training.scst import SCSTConfig
 
@@ -35,7 +36,8 @@ class TrainConfig:
     global batch is split into this many micro-batches per process, gradients summed (the
     step equals the full batch's). ``compile``: ``torch.compile`` the captioner's training
     forward. ``scheduled_sampling``: feed the model some of its own predictions in XE training
-    (``catcap.training.scheduled_sampling``; the LSTM presets turn it on). Under torchrun, ``batch_size`` is the global batch over all processes
+    (``catcap.training.scheduled_sampling``; the LSTM presets turn it on). ``mlm``: VLP's
+    masked-token pre-training in place of captioning XE (``catcap.training.mlm``). Under torchrun, ``batch_size`` is the global batch over all processes
     (``catcap.training.distributed``)."""
 
     epochs: int = 30
@@ -62,6 +64,7 @@ class TrainConfig:
     accumulate: int = 1
     compile: bool = False
     scheduled_sampling: ScheduledSamplingConfig = field(default_factory=ScheduledSamplingConfig)
+    mlm: MLMConfig = field(default_factory=MLMConfig)
 
     def __post_init__(self):
         from catcap.config import check_at_least
@@ -96,3 +99,22 @@ class ExperimentConfig:
             raise ConfigError(f"train.awc.enabled=true needs a cross attention with a history memory "
                               f"({' or '.join(HISTORY_VARIANTS)}), found model.cross_attention={self.model.cross_attention!r}; "
                               "set model.cross_attention=caca or train.awc.enabled=false")
+        if self.train.mlm.enabled:
+            self._check_mlm()
+
+    def _check_mlm(self) -> None:
+        """Masked-token pre-training needs the one-stream model, in the XE phase, on its own."""
+        from catcap.config import ConfigError
+        from catcap.models.vlp import VLPDecoder
+        from catcap.registry import DECODERS
+
+        if not issubclass(DECODERS.get(self.model.decoder), VLPDecoder):
+            raise ConfigError(f"train.mlm.enabled=true pre-trains the one-stream VLP model (model.decoder=vlp), found "
+                              f"model.decoder={self.model.decoder!r}; use configs/models/vlp_small.yaml or turn train.mlm off")
+        t = self.train
+        clashes = [name for name, on in (("train.objective != xe", t.objective != "xe"),
+                                          ("train.scheduled_sampling.enabled", t.scheduled_sampling.enabled),
+                                          ("train.label_smoothing > 0", t.label_smoothing > 0)) if on]
+        if clashes:
+            raise ConfigError(f"train.mlm.enabled=true replaces captioning XE; it does not combine with "
+                              f"{', '.join(clashes)}: turn those off for pre-training, then fine-tune with train.init_from")

@@ -272,17 +272,18 @@ class Trainer:
         for i, b in enumerate(micro):
             with self._sync(i == len(micro) - 1):
                 with self.precision.autocast():
-                    out = self.engine("xe", b, t.label_smoothing, sampling, t.scheduled_sampling.mode)
-                loss = out["xe"] * (tokens[i] * world / total_tokens)
+                    out = (self.engine("mlm", b, t.mlm, self._mlm_seed(i)) if t.mlm.enabled else
+                           self.engine("xe", b, t.label_smoothing, sampling, t.scheduled_sampling.mode))
+                loss = out["mlm" if t.mlm.enabled else "xe"] * (tokens[i] * world / total_tokens)
                 if "awc" in out:
                     loss = loss + out["awc"] * (captions[i] * world / total_captions)
                 self.precision.backward(loss)
-            sums[0] += float(out["xe"].detach()) * tokens[i]
+            sums[0] += float(out["mlm" if t.mlm.enabled else "xe"].detach()) * tokens[i]
             sums[1] += float(out["awc"].detach()) * captions[i] if "awc" in out else 0.0
             history = {k: out[k] for k in ("history_weight",) if k in out}
         xe_sum, awc_sum = all_sum(sums, self.dist)
-        record = {"xe": xe_sum / total_tokens, **history}
-        record["loss"] = record["xe"]
+        record = {"mlm" if t.mlm.enabled else "xe": xe_sum / total_tokens, **history}
+        record["loss"] = xe_sum / total_tokens
         if t.scheduled_sampling.enabled:
             record["sampling"] = sampling
         if self.awc is not None:
@@ -290,6 +291,12 @@ class Trainer:
             record["loss"] += record["awc"]
             record["beta"] = self.awc.beta.detach().cpu().tolist()
         return record
+
+    def _mlm_seed(self, micro_index: int) -> int:
+        """The masks of a pre-training micro-batch are drawn from (seed, step, process, micro-batch)
+        alone, so that a resumed run draws what the uninterrupted one did."""
+        t = self.cfg.train
+        return ((t.seed * 1_000_003 + self.pos.step) * 257 + self.dist.rank) * 64 + micro_index
 
     def _scst_parts(self, micro: list) -> dict:
         """Sample, reward and score every micro-batch; losses weighted by images."""

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from catcap.training.awc import AdaptiveWeightConstraint, history_stats
 from catcap.training.losses import cross_entropy
+from catcap.training.mlm import MLMConfig, masked_batch, masked_lm_loss
 from catcap.training.scheduled_sampling import scheduled_forward
 from catcap.training.scst import sequence_log_probs
 
@@ -40,7 +41,18 @@ class Objective(nn.Module):
             return self.xe(*args)
         if kind == "scst":
             return self.scst(*args)
-        raise ValueError(f"unknown objective part {kind!r}: expected 'xe' or 'scst'")
+        if kind == "mlm":
+            return self.mlm(*args)
+        raise ValueError(f"unknown objective part {kind!r}: expected 'xe', 'scst' or 'mlm'")
+
+    def mlm(self, batch, cfg: MLMConfig, seed: int) -> dict:
+        """VLP's masked-token prediction on a caption batch (``catcap.training.mlm``): the mean
+        cross-entropy over the selected positions, under the mask kind drawn for the batch."""
+        vocab_size = self.model.decoder.output.out_features
+        targets, real, inputs, selected, kind = masked_batch(batch.captions, batch.caption_mask, vocab_size, cfg, seed)
+        memory, memory_mask = self.model.encode(batch.features, batch.feature_mask)
+        logits = self.model.decoder.masked_lm(memory, memory_mask, inputs, real, kind)
+        return {"mlm": masked_lm_loss(logits, targets, selected)}
 
     def xe(self, batch, label_smoothing: float = 0.0, sampling: float = 0.0, sampling_mode: str = "sample") -> dict:
         """Token-mean XE of a caption batch (and caption-mean AWC); ``history_weight`` for the

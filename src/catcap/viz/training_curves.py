@@ -59,7 +59,8 @@ def plot_training_log(run_dir: str | Path, out: str | Path | None = None) -> Pat
     FigureCanvasAgg(fig)
     axes = fig.subplots(panels, 1, sharex=False)
     with_awc = any("awc" in r for r in xe)
-    _line(axes[0], xe, "loss", "XE + AWC loss" if with_awc else "XE loss")
+    pretraining = any("mlm" in r for r in xe)  # VLP's masked-token pre-training (train.mlm)
+    _line(axes[0], xe, "loss", "masked-token loss" if pretraining else "XE + AWC loss" if with_awc else "XE loss")
     if with_awc:  # without AWC the XE part is the loss itself: one line
         _line(axes[0], xe, "xe", "XE part")
         _line(axes[0], xe, "awc", "AWC term")
