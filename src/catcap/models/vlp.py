@@ -176,10 +176,12 @@ class VLPDecoder(nn.Module):
         return self.dropout(self.input_norm(token + self.positions(positions) + self.segments[1]))
 
     # masked-token prediction (pre-training) --------------------------------------------------
-    def masked_lm(self, memory: Tensor, memory_mask: Tensor, tokens: Tensor, token_mask: Tensor, kind: str) -> Tensor:
-        """The whole sequence ``[CLS] r [SEP] w_1..w_T`` under the ``kind`` mask: memory (B, L, N, D)
-        or (B, N, D) regions with mask (B, N), tokens (B, T) words at positions 1..T (``MASK_ID``
-        where masked), token_mask (B, T) True = real -> logits (B, T, V) at every word position."""
+    def joint_states(self, memory: Tensor, memory_mask: Tensor, tokens: Tensor, token_mask: Tensor,
+                     kind: str) -> Tensor:
+        """The whole sequence ``[CLS] r [SEP] w_1..w_T`` through every layer under the ``kind``
+        mask: memory (B, L, N, D) or (B, N, D) regions with mask (B, N), tokens (B, T) words at
+        positions 1..T (``MASK_ID`` where masked), token_mask (B, T) True = real -> the final
+        (LayerNorm-ed) states (B, N + 2 + T, D); [CLS] is position 0, [SEP] position N + 1."""
         regions = memory[:, -1] if memory.dim() == 4 else memory
         image, image_mask = self.image_inputs(regions, memory_mask)
         t = tokens.shape[1]
@@ -187,7 +189,12 @@ class VLPDecoder(nn.Module):
         allowed = vlp_attention_mask(image_mask, token_mask, kind)
         for layer in self.layers:
             x = layer(x, allowed)
-        return self.output(self.norm(x[:, image.shape[1]:]))
+        return self.norm(x)
+
+    def masked_lm(self, memory: Tensor, memory_mask: Tensor, tokens: Tensor, token_mask: Tensor, kind: str) -> Tensor:
+        """:meth:`joint_states` -> logits (B, T, V) at every word position."""
+        states = self.joint_states(memory, memory_mask, tokens, token_mask, kind)
+        return self.output(states[:, states.shape[1] - tokens.shape[1]:])
 
     # the image part, once per image -----------------------------------------------------------
     def prepare(self, memory: Tensor, memory_mask: Tensor) -> VLPImage:
