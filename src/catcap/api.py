@@ -265,3 +265,24 @@ def extract(images, out: str | Path, *, encoder: str = "efficientnet-lite0", bac
         images, keys = dataset_images(dataset, images)
     return extract_features(images, out, encoder, backend=backend, keys=keys, batch_size=batch_size, workers=workers,
                             resume=not restart, overwrite=restart, limit=limit, progress=progress, log=log)
+
+
+def vqa_train(cfg, log=print):
+    """Fine-tune a VLP checkpoint for VQA (``catcap.training.vqa.VQAConfig``); -> the best checkpoint."""
+    from catcap.training.vqa import train_vqa
+
+    return train_vqa(cfg, log)
+
+
+def vqa_evaluate(directory, split: str = "test", **kwargs) -> dict:
+    """VQA accuracy of a checkpoint on ``split``, overall and per question type, with the baseline."""
+    from catcap.training.vqa import evaluate_vqa
+
+    return evaluate_vqa(directory, split, **kwargs)
+
+
+def vqa_ask(directory, image: str, question: str, **kwargs) -> list:
+    """The top answers (answer, probability) to a question about a feature-store image."""
+    from catcap.training.vqa import ask
+
+    return ask(directory, image, question, **kwargs)

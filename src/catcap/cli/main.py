@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from catcap import __version__
-from catcap.cli import analyze_cmds, data_cmds, extract_cmds, metrics_cmds, train_cmds
+from catcap.cli import analyze_cmds, data_cmds, extract_cmds, metrics_cmds, train_cmds, vqa_cmds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyze_cmds.register(sub)
     extract_cmds.register(sub)
     data_cmds.register(sub)
+    vqa_cmds.register(sub)
     return parser
 
 
