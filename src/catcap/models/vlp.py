@@ -86,9 +86,10 @@ class VLPLayer(nn.Module):
         h = self.norm1(x)
         return h, self.attn.project_kv(h)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """Self-attention over one sequence: x (B, L, D), mask (B, L, L) -> (B, L, D)."""
-        h, kv = self.keys_values(x)
+    def forward(self, x: Tensor, mask: Tensor, h_kv: tuple[Tensor, KeyValue] | None = None) -> Tensor:
+        """Self-attention over one sequence: x (B, L, D), mask (B, L, L) -> (B, L, D);
+        ``h_kv``: :meth:`keys_values` of x when the caller already has them."""
+        h, kv = self.keys_values(x) if h_kv is None else h_kv
         heads, _ = attend(self.attn.project_q(h), kv.k, kv.v, mask, self._p)
         return self._finish(x, heads)
 
@@ -205,9 +206,9 @@ class VLPDecoder(nn.Module):
         allowed = vlp_attention_mask(mask, mask[:, :0], "seq2seq")
         layers = []
         for layer in self.layers:
-            _, kv = layer.keys_values(x)
-            layers.append(kv)
-            x = layer(x, allowed)
+            h_kv = layer.keys_values(x)
+            layers.append(h_kv[1])
+            x = layer(x, allowed, h_kv)
         return VLPImage(layers, mask, x)
 
     # teacher forcing ------------------------------------------------------------------------
