@@ -282,7 +282,16 @@ def vqa_evaluate(directory, split: str = "test", **kwargs) -> dict:
 
 
 def vqa_ask(directory, image: str, question: str, **kwargs) -> list:
-    """The top answers (answer, probability) to a question about a feature-store image."""
+    """The top answers (answer, probability) to a question about an image: a photo file (through
+    the image encoder that made the model's training features) or a feature-store key."""
+    import torch
+
+    from catcap.captioner import images_to_features, pixel_encoder
+    from catcap.training.checkpoint import load_checkpoint
     from catcap.training.vqa import ask
 
-    return ask(directory, image, question, **kwargs)
+    if Path(image).is_file():
+        device = torch.device("cpu")
+        encoder = pixel_encoder(load_checkpoint(directory)["features"], device)
+        return ask(directory, question, regions=images_to_features(encoder, [image], device)[0], **kwargs)
+    return ask(directory, question, image=image, **kwargs)

@@ -98,41 +98,14 @@ class Captioner:
     def image_encoder(self):
         """The image encoder that made this model's training features (from the checkpoint)."""
         if self._encoder is None:
-            name = self.features_meta.get("encoder")
-            if not self.reads_pixels:
-                made_by = f"made by {name!r}, not a catcap image encoder" if name else "not made by a catcap image encoder"
-                raise ValueError(f"this checkpoint's training features were {made_by} (feature store meta: "
-                                 f"{self.features_meta or 'none'}), so it cannot caption raw images; caption "
-                                 "feature-store keys instead, or train on features from `catcap extract`")
-            from catcap.features.efficientnet import ImageEncoder
-
-            self._encoder = ImageEncoder(name).to(self.device)
-            expected = {k: self.features_meta[k] for k in ("input_size", "channels") if k in self.features_meta}
-            found = {k: v for k, v in self._encoder.meta.items() if k in expected}
-            if expected != found:
-                raise ValueError(f"the checkpoint's features were made with {expected}, but encoder {name!r} "
-                                 f"here gives {found}; use the catcap version that extracted them")
+            self._encoder = pixel_encoder(self.features_meta, self.device)
         return self._encoder
 
     @torch.no_grad()
     def image_features(self, images) -> list[np.ndarray]:
         """Raw images (paths or PIL images) -> per-image grid features (H*W, C), exactly as
         ``catcap extract`` computed this model's training features."""
-        from PIL import Image
-
-        encoder = self.image_encoder
-        batch = []
-        for item in images:
-            if isinstance(item, Image.Image):
-                batch.append(encoder.preprocess(item.convert("RGB")))
-                continue
-            try:
-                with Image.open(item) as im:
-                    batch.append(encoder.preprocess(im.convert("RGB")))
-            except (OSError, ValueError) as err:
-                raise ValueError(f"cannot read image {item}: {err}") from None
-        grid, _ = encoder(torch.stack(batch).to(self.device))
-        return [g.float().cpu().numpy() for g in grid]
+        return images_to_features(self.image_encoder, images, self.device)
 
     def _batch(self, features, feature_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, N, F) features and (B, N) bool mask, True = real region; a list of (N_i, F) arrays
@@ -205,3 +178,44 @@ class Captioner:
             return texts
         n = num_return_sequences
         return [texts[i:i + n] for i in range(0, len(texts), n)]
+
+
+def pixel_encoder(features_meta: dict, device: torch.device):
+    """The catcap image encoder that made a model's training features (``features_meta``: the
+    feature store's meta recorded in the checkpoint), checked against it; a clear error when the
+    features were not made by one (then the model cannot read raw images)."""
+    from catcap.features.efficientnet import ENCODERS, ImageEncoder
+
+    name = features_meta.get("encoder")
+    if name not in ENCODERS:
+        made_by = f"made by {name!r}, not a catcap image encoder" if name else "not made by a catcap image encoder"
+        raise ValueError(f"this checkpoint's training features were {made_by} (feature store meta: "
+                         f"{features_meta or 'none'}), so it cannot read raw images; use feature-store keys "
+                         "instead, or train on features from `catcap extract`")
+    encoder = ImageEncoder(name).to(device)
+    expected = {k: features_meta[k] for k in ("input_size", "channels") if k in features_meta}
+    found = {k: v for k, v in encoder.meta.items() if k in expected}
+    if expected != found:
+        raise ValueError(f"the checkpoint's features were made with {expected}, but encoder {name!r} "
+                         f"here gives {found}; use the catcap version that extracted them")
+    return encoder
+
+
+@torch.no_grad()
+def images_to_features(encoder, images, device: torch.device) -> list[np.ndarray]:
+    """Raw images (paths or PIL images) -> per-image grid features (H*W, C) from ``encoder``,
+    preprocessed as ``catcap extract`` does."""
+    from PIL import Image
+
+    batch = []
+    for item in images:
+        if isinstance(item, Image.Image):
+            batch.append(encoder.preprocess(item.convert("RGB")))
+            continue
+        try:
+            with Image.open(item) as im:
+                batch.append(encoder.preprocess(im.convert("RGB")))
+        except (OSError, ValueError) as err:
+            raise ValueError(f"cannot read image {item}: {err}") from None
+    grid, _ = encoder(torch.stack(batch).to(device))
+    return [g.float().cpu().numpy() for g in grid]

@@ -40,6 +40,10 @@ self-attention layers with attention on attention; LSTM decoder attending with
 model.num_heads heads; vanilla, caca or light_caca with one history per head), its recipe in
 configs/models/aoanet.yaml (label smoothing 0.2, train.grad_clip_mode=value clamps every
 gradient at train.grad_clip): aoanet_caca.yaml, aoanet_light_caca.yaml; docs/aoanet.md.
+model.encoder=vlp_regions model.decoder=vlp is VLP's one-stream model (model.decoder_layers
+shared layers; configs/models/vlp_small.yaml, vlp.yaml); train.mlm.enabled=true pre-trains it by
+masked-token prediction (train.mlm.rate, seq2seq_ratio), train.init_from=<that run>/last then
+fine-tunes it for captions, and `catcap vqa` for questions; docs/vlp.md.
 Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the CIDEr-D
 reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights: SCST
 scores them first and keeps them as best/ until an SCST epoch beats them).

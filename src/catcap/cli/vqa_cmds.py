@@ -19,6 +19,7 @@ examples:
   catcap vqa train --checkpoint runs/vlp_pre/best --out runs/vqa --epochs 10
   catcap vqa evaluate --model runs/vqa/best --split test --output runs/vqa/test.json
   catcap vqa ask --model runs/vqa/best --image 3251 "what color is the star?"
+  catcap vqa ask --model runs/vqa_photos/best --image my_photo.jpg "is there a dog?"
 """
 
 
@@ -50,9 +51,11 @@ def register(sub) -> None:
     ev.add_argument("--features", metavar="STORE", help="feature store (default: the fine-tuning run's)")
     ev.add_argument("--output", metavar="FILE.json", help="also write the scores here (atomically)")
     ev.set_defaults(func=_evaluate)
-    ak = kinds.add_parser("ask", help="answer a question about one image of the feature store")
+    ak = kinds.add_parser("ask", help="answer a question about a photo or an image of the feature store")
     ak.add_argument("--model", required=True, metavar="DIR", help="a checkpoint written by catcap vqa train")
-    ak.add_argument("--image", required=True, metavar="KEY", help="the image's key in the feature store (its id)")
+    ak.add_argument("--image", required=True, metavar="PHOTO|KEY", help="a photo file (read by the image encoder "
+                    "that made the model's features, for models trained on `catcap extract` features) or the "
+                    "image's key in the feature store")
     ak.add_argument("--features", metavar="STORE", help="feature store (default: the fine-tuning run's)")
     ak.add_argument("--top", type=int, default=3, help="how many answers to print (default 3)")
     ak.add_argument("question")

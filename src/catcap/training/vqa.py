@@ -163,7 +163,8 @@ def train_vqa(cfg: VQAConfig, log: Callable[[str], None] = print) -> Path:
         result = score(model, val_q, store, vocab, answers, cfg.max_question_len, baseline_from=train_q)
         log(f"[catcap] epoch {epoch + 1}: val accuracy {result['accuracy']:.3f} (most frequent answer per type "
             f"{result['baseline']['accuracy']:.3f})")
-        save = dict(model=model, config=meta, vocab={"text": vocab.to_dict(), "answers": answers.to_json()})
+        save = dict(model=model, config=meta, vocab={"text": vocab.to_dict(), "answers": answers.to_json()},
+                    features=getattr(store, "meta", None) or start["features"])
         save_checkpoint(out / "last", **save)
         if result["accuracy"] > best:
             best = result["accuracy"]
@@ -227,14 +228,17 @@ def evaluate_vqa(directory: str | Path, split: str = "test", *, dataset: str | N
 
 
 @torch.no_grad()
-def ask(directory: str | Path, image: str, question: str, *, top: int = 3, features: str | None = None) -> list:
+def ask(directory: str | Path, question: str, *, image: str | None = None, regions=None, top: int = 3,
+        features: str | None = None) -> list:
     """-> [(answer, probability)] of the ``top`` answers to ``question`` about the image with
-    feature-store key ``image``."""
+    feature-store key ``image``, or about given ``regions`` (N, F) (e.g. a photo's features)."""
     from catcap.data.text import caption_tokens
 
     model, vocab, answers, meta = load_answerer(directory)
-    _, features = _data_paths(meta, None, features)
-    regions = torch.from_numpy(open_feature_store(features).get(image).regions)[None]
+    if regions is None:
+        _, features = _data_paths(meta, None, features)
+        regions = open_feature_store(features).get(image).regions
+    regions = torch.as_tensor(regions)[None]
     tokens = torch.tensor([vocab.encode(caption_tokens(question), meta["vqa"]["max_question_len"], add_bos=False)])
     probs = torch.sigmoid(model(regions, torch.ones(regions.shape[:2], dtype=torch.bool), tokens,
                                 torch.ones_like(tokens, dtype=torch.bool)))[0]
