@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from catcap import api
 from catcap.cli.main import main
 from catcap.training.checkpoint import load_checkpoint
 
@@ -63,3 +64,13 @@ def test_a_captioning_checkpoint_of_another_model_is_refused(tiny_world, tmp_pat
     assert "VQA needs a VLP checkpoint (model.decoder=vlp), found model.decoder='transformer'" in capsys.readouterr().err
     assert main(["vqa", "evaluate", "--model", str(tmp_path / "tf" / "last")]) == 2
     assert "is a captioning checkpoint, not a VQA one" in capsys.readouterr().err
+
+
+def test_the_log_has_one_line_per_epoch(vlp_checkpoint, tmp_path):
+    assert main(["vqa", "train", "--checkpoint", str(vlp_checkpoint), "--out", str(tmp_path / "vqa"), "--epochs", "2",
+                 "--batch-size", "64", "--no-progress"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "vqa" / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2] and all(r["train_loss"] > 0 for r in rows)
+    best = max(rows, key=lambda r: r["val"]["accuracy"])
+    evaluated = api.vqa_evaluate(tmp_path / "vqa" / "best", "val")
+    assert evaluated["accuracy"] == pytest.approx(best["val"]["accuracy"])  # best/ is the best epoch's weights

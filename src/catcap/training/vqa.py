@@ -6,8 +6,8 @@ pre-training): its region embedding and shared Transformer get the VQA head of
 training questions it lacks (new embedding rows drawn N(0, 1) like the others, appended, so
 every old id keeps its row); the answer vocabulary is the training questions' answers
 (:class:`~catcap.data.vqa.AnswerVocab`). Adam at a fixed rate, soft-score BCE, validation
-accuracy after every epoch; ``best`` (by validation accuracy) and ``last`` are checkpoints as
-``catcap train`` writes them (safetensors + JSON, atomic). Accuracy is VQA's
+accuracy after every epoch (a line in ``log.jsonl``); ``best`` (by validation accuracy) and
+``last`` are checkpoints as ``catcap train`` writes them (safetensors + JSON, atomic). Accuracy is VQA's
 (:func:`~catcap.data.vqa.answer_score` of the top answer), overall and per question type, beside
 the "most frequent training answer of the question's type" baseline.
 Legend: B questions, N regions, T question tokens, A answers.
@@ -15,6 +15,7 @@ Legend: B questions, N regions, T question tokens, A answers.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -153,16 +154,23 @@ def train_vqa(cfg: VQAConfig, log: Callable[[str], None] = print) -> Path:
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     meta = {"vqa": asdict(cfg), "captioner": start["config"], "caption_vocab_size": len(caption_vocab)}
     out, best = Path(cfg.out_dir), -1.0
+    out.mkdir(parents=True, exist_ok=True)
     for epoch in range(cfg.epochs):
         model.train()
-        for batch in progress_bar(loader, desc=f"vqa epoch {epoch + 1}/{cfg.epochs}", unit="batch", enabled=cfg.progress):
+        bar, losses = progress_bar(loader, desc=f"vqa epoch {epoch + 1}/{cfg.epochs}", unit="batch",
+                                   enabled=cfg.progress), []
+        for batch in bar:
             loss = vqa_loss(model(batch.features, batch.feature_mask, batch.tokens, batch.token_mask), batch.targets)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
         result = score(model, val_q, store, vocab, answers, cfg.max_question_len, baseline_from=train_q)
-        log(f"[catcap] epoch {epoch + 1}: val accuracy {result['accuracy']:.3f} (most frequent answer per type "
-            f"{result['baseline']['accuracy']:.3f})")
+        log(f"[catcap] epoch {epoch + 1}: train loss {sum(losses) / len(losses):.3f}, val accuracy "
+            f"{result['accuracy']:.3f} (most frequent answer per type {result['baseline']['accuracy']:.3f})")
+        with open(out / "log.jsonl", "a", encoding="utf-8") as f:  # one line per epoch, appended
+            f.write(json.dumps({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), "val": result}) + "\n")
         save = dict(model=model, config=meta, vocab={"text": vocab.to_dict(), "answers": answers.to_json()},
                     features=getattr(store, "meta", None) or start["features"])
         save_checkpoint(out / "last", **save)
