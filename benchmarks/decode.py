@@ -149,8 +149,8 @@ def run(benches: list[Bench], args, precision: str) -> None:
         first = benches[0].name
         for b in benches:
             decoder = b.model.decoder  # a recurrent decoder has one soft attention, a Transformer one per layer
-            attention = decoder.attention if hasattr(decoder, "attention") else decoder.layers[0].cross
-            result = {"model": b.name, "cross_attention": type(attention).__name__}
+            attention = getattr(decoder, "attention", None) or getattr(decoder.layers[0], "cross", None)
+            result = {"model": b.name, "cross_attention": type(attention).__name__ if attention else "none (one stream)"}
             for job in args.jobs:
                 median = statistics.median(timed[job][b.name])
                 result[f"{job}_s"], result[f"{job}_min_s"] = round(median, 4), round(min(timed[job][b.name]), 4)
