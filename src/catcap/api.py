@@ -287,11 +287,10 @@ def vqa_ask(directory, image: str, question: str, **kwargs) -> list:
     import torch
 
     from catcap.captioner import images_to_features, pixel_encoder
-    from catcap.training.checkpoint import load_checkpoint
     from catcap.training.vqa import ask
 
     if Path(image).is_file():
-        device = torch.device("cpu")
-        encoder = pixel_encoder(load_checkpoint(directory)["features"], device)
-        return ask(directory, question, regions=images_to_features(encoder, [image], device)[0], **kwargs)
+        cpu = torch.device("cpu")
+        return ask(directory, question, photo_features=lambda meta: images_to_features(pixel_encoder(meta, cpu), [image],
+                                                                                         cpu)[0], **kwargs)
     return ask(directory, question, image=image, **kwargs)

@@ -156,9 +156,9 @@ def register(sub) -> None:
     plot.add_argument("--out", metavar="FILE.png", help="where to write the picture: .png, .svg or .pdf "
                       "(default RUN/training.png)")
     plot.set_defaults(func=cmd_plot_log)
-    abl = sub.add_parser("ablate", help="rerun an ablation table of the paper (5, 6 or 7)", description=ABLATE_HELP,
+    abl = sub.add_parser("ablate", help="rerun an ablation table of the paper (2, 5, 6 or 7)", description=ABLATE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    abl.add_argument("--table", required=True, help="table number: 5, 6 or 7")
+    abl.add_argument("--table", required=True, help="table number: 2, 5, 6 or 7")
     abl.add_argument("--out", metavar="DIR", help="where the rows' runs and the table go (default runs/ablations/tableN)")
     abl.add_argument("--split", default="test", help="split to evaluate (default test)")
     abl.add_argument("--beam", type=int, default=5, help="beam size (default 5, as in the paper)")

@@ -166,14 +166,12 @@ class VLPDecoder(nn.Module):
         return self.dropout(self.input_norm(x)), torch.cat([ones, region_mask, ones], 1)
 
     def text_inputs(self, tokens: Tensor | None, positions: Tensor) -> Tensor:
-        """Words (R, Q) (None: all [MASK]; ``MASK_ID`` entries: [MASK]) at text positions (Q,)
-        -> (R | 1, Q, D)."""
-        if tokens is None:
-            token = self.special[2][None, None]
-        else:
-            masked = tokens == MASK_ID
-            token = self.embed(tokens.masked_fill(masked, 0))
-            token = torch.where(masked[..., None], self.special[2], token)
+        """Words (R, Q) (None: [MASK]s) at text positions (Q,) -> (R | 1, Q, D)."""
+        token = self.special[2][None, None] if tokens is None else self.embed(tokens)
+        return self._text(token, positions)
+
+    def _text(self, token: Tensor, positions: Tensor) -> Tensor:
+        """Token vectors (R | 1, Q, D) at text positions (Q,) -> inputs (segment, position, LN, dropout)."""
         return self.dropout(self.input_norm(token + self.positions(positions) + self.segments[1]))
 
     # masked-token prediction (pre-training) --------------------------------------------------
@@ -186,7 +184,9 @@ class VLPDecoder(nn.Module):
         regions = memory[:, -1] if memory.dim() == 4 else memory
         image, image_mask = self.image_inputs(regions, memory_mask)
         t = tokens.shape[1]
-        x = torch.cat([image, self.text_inputs(tokens, torch.arange(1, t + 1, device=tokens.device))], 1)
+        masked = tokens == MASK_ID  # [MASK] is not a vocabulary word: its own vector
+        token = torch.where(masked[..., None], self.special[2], self.embed(tokens.masked_fill(masked, 0)))
+        x = torch.cat([image, self._text(token, torch.arange(1, t + 1, device=tokens.device))], 1)
         allowed = vlp_attention_mask(image_mask, token_mask, kind)
         for layer in self.layers:
             x = layer(x, allowed)
@@ -263,5 +263,6 @@ class VLPDecoder(nn.Module):
             if q == 2:
                 seen[0, m - 1] = False  # w_p does not see the [MASK] after it
             x = layer.attend_split(x, h, kv, image.mask, keys, seen[None], state.group)
-            caches.append(None if p == 0 else KeyValue(keys.k[:, :, :m - 1], keys.v[:, :, :m - 1]).contiguous())
+            # words <= p stay (a view: the next step's append copies them once); the [MASK] goes
+            caches.append(None if p == 0 else KeyValue(keys.k[:, :, :m - 1], keys.v[:, :, :m - 1]))
         return self.output(self.norm(x[:, -1])), state.advanced(caches), [{} for _ in self.layers]

@@ -269,20 +269,21 @@ class Trainer:
         total_tokens, total_captions = all_sum([sum(tokens), sum(captions)], self.dist)
         sums, history = [0.0, 0.0], {}
         sampling = sampling_probability(t.scheduled_sampling, self.pos.epoch)
+        key = "mlm" if t.mlm.enabled else "xe"  # VLP pre-training's masked-token loss takes XE's place
         for i, b in enumerate(micro):
             with self._sync(i == len(micro) - 1):
                 with self.precision.autocast():
                     out = (self.engine("mlm", b, t.mlm, self._mlm_seed(i)) if t.mlm.enabled else
                            self.engine("xe", b, t.label_smoothing, sampling, t.scheduled_sampling.mode))
-                loss = out["mlm" if t.mlm.enabled else "xe"] * (tokens[i] * world / total_tokens)
+                loss = out[key] * (tokens[i] * world / total_tokens)
                 if "awc" in out:
                     loss = loss + out["awc"] * (captions[i] * world / total_captions)
                 self.precision.backward(loss)
-            sums[0] += float(out["mlm" if t.mlm.enabled else "xe"].detach()) * tokens[i]
+            sums[0] += float(out[key].detach()) * tokens[i]
             sums[1] += float(out["awc"].detach()) * captions[i] if "awc" in out else 0.0
             history = {k: out[k] for k in ("history_weight",) if k in out}
         xe_sum, awc_sum = all_sum(sums, self.dist)
-        record = {"mlm" if t.mlm.enabled else "xe": xe_sum / total_tokens, **history}
+        record = {key: xe_sum / total_tokens, **history}
         record["loss"] = xe_sum / total_tokens
         if t.scheduled_sampling.enabled:
             record["sampling"] = sampling

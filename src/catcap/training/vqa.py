@@ -127,7 +127,7 @@ def _questions(dataset: str, split: str) -> list[Question]:
     questions = load_questions(load_karpathy(dataset, [split])[split])
     if not questions:
         raise ValueError(f"{dataset} has no questions in split {split!r}: VQA needs image entries with a \"qa\" list "
-                         "(the built-in world writes them: catcap make-world)")
+                         "(the built-in world writes them: catcap synth or catcap demo)")
     return questions
 
 
@@ -181,9 +181,10 @@ def train_vqa(cfg: VQAConfig, log: Callable[[str], None] = print) -> Path:
 
 
 def load_answerer(directory: str | Path):
-    """-> (model in eval mode, text vocab, answer vocab, meta) of a ``catcap vqa train`` checkpoint."""
+    """-> (model in eval mode, text vocab, answer vocab, meta) of a ``catcap vqa train`` checkpoint;
+    ``meta["features"]`` is the meta of the feature store it was trained on."""
     ckpt = load_checkpoint(directory)
-    meta = ckpt["config"]
+    meta = {**ckpt["config"], "features": ckpt["features"]}
     if "vqa" not in meta:
         raise ValueError(f"{directory} is a captioning checkpoint, not a VQA one; fine-tune it with catcap vqa train")
     vocab, answers = Vocab.from_dict(ckpt["vocab"]["text"]), AnswerVocab.from_json(ckpt["vocab"]["answers"])
@@ -236,14 +237,17 @@ def evaluate_vqa(directory: str | Path, split: str = "test", *, dataset: str | N
 
 
 @torch.no_grad()
-def ask(directory: str | Path, question: str, *, image: str | None = None, regions=None, top: int = 3,
+def ask(directory: str | Path, question: str, *, image: str | None = None, photo_features=None, top: int = 3,
         features: str | None = None) -> list:
     """-> [(answer, probability)] of the ``top`` answers to ``question`` about the image with
-    feature-store key ``image``, or about given ``regions`` (N, F) (e.g. a photo's features)."""
+    feature-store key ``image``, or about a photo: ``photo_features(features_meta)`` gives its
+    regions (N, F) from the meta of the training feature store (the image encoder to use)."""
     from catcap.data.text import caption_tokens
 
     model, vocab, answers, meta = load_answerer(directory)
-    if regions is None:
+    if photo_features is not None:
+        regions = photo_features(meta["features"])
+    else:
         _, features = _data_paths(meta, None, features)
         regions = open_feature_store(features).get(image).regions
     regions = torch.as_tensor(regions)[None]

@@ -48,10 +48,10 @@ from torch import Tensor, nn
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend
 from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, RegionPass, _group_rows,
                                          _ungroup_rows, attend_after_regions, attend_regions, attend_with_history)
+from catcap.models.cross.context_assisted import STRATEGIES
 from catcap.models.linear import Linear
 from catcap.registry import HEAD_ATTENTION
 
-STRATEGIES = ("chc", "ihc", "ohc")
 #: dropout on the attention weights, as the reference AoANet (not the language model's 0.5)
 ATTENTION_DROPOUT = 0.1
 

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from catcap.models.cross.context_assisted import STRATEGIES
 from catcap.models.linear import Linear
 from catcap.registry import SOFT_ATTENTION
 
-STRATEGIES = ("chc", "ihc", "ohc")
 
 
 @dataclass
