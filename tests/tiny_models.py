@@ -28,11 +28,14 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
     attention hidden 8) over embedded regions; or ``arch="aoa"``: AoANet, a 2-layer refiner and
     the AoA decoder (rnn D=16, 2 heads, word embedding 8). ``cross`` / ``options`` pick the cross
     (soft, head) attention; or ``arch="vlp"``: the one-stream VLP model (2 shared layers, D=16,
-    2 heads; no cross attention). In eval mode."""
+    2 heads; no cross attention; ``arch="vlp_geometry"``: with the region geometry term, reading
+    the last 5 feature columns as box geometry). In eval mode."""
     torch.manual_seed(seed)
-    if arch == "vlp":
+    if arch in ("vlp", "vlp_geometry"):
         dec = VLPDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, max_len=12, pad_id=pad_id)
-        return Captioner(VLPRegions(FEATURES, WIDTH, 2, 1, 1, 0.1), dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
+        geometry = arch == "vlp_geometry"  # the last 5 of the FEATURES columns are box geometry
+        enc = VLPRegions(FEATURES - 5 * geometry, WIDTH, 2, 1, 1, 0.1, region_geometry=geometry)
+        return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
     if arch == "aoa":
         def make_heads(look_back):
             return HEAD_ATTENTION.get(cross)(WIDTH, 2, **(options or {}))

@@ -185,10 +185,9 @@ def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | Non
         texts.update(zip(files[i:i + 16], cap.generate(images=files[i:i + 16], num_beams=beam, max_length=max_len)))
     rest = [i for i in items if i not in texts]
     if rest:
-        store = open_feature_store(features or cap.data_file("features"))
-        cap.check_store(store)
+        store = cap.reading(open_feature_store(features or cap.data_file("features")))
         keys = [Path(item).stem for item in rest]
-        check_features(store, keys, cap.config.model.feature_dim)
+        check_features(store, keys, cap.config.model.input_dim)
         texts.update(zip(rest, cap.generate([store.get(k).regions for k in keys], num_beams=beam, max_length=max_len)))
     return [(item, texts[item]) for item in items]
 
@@ -291,6 +290,8 @@ def vqa_ask(directory, image: str, question: str, **kwargs) -> list:
 
     if Path(image).is_file():
         cpu = torch.device("cpu")
-        return ask(directory, question, photo_features=lambda meta: images_to_features(pixel_encoder(meta, cpu), [image],
-                                                                                         cpu)[0], **kwargs)
+        def photo_features(meta, model_cfg):
+            return images_to_features(pixel_encoder(meta, cpu), [image], cpu, model_cfg)[0]
+
+        return ask(directory, question, photo_features=photo_features, **kwargs)
     return ask(directory, question, image=image, **kwargs)

@@ -86,6 +86,14 @@ class Captioner:
                              f"was trained on {made} features; extract the images with `catcap extract --encoder "
                              f"{made}`" + (", or caption the image files themselves" if self.reads_pixels else ""))
 
+    def reading(self, store):
+        """``store`` checked (:meth:`check_store`) and as this model reads it: with the region
+        geometry columns appended when the model embeds them (``model.region_geometry``)."""
+        from catcap.data.geometry import with_geometry
+
+        self.check_store(store)
+        return with_geometry(store, self.config.model)
+
     @property
     def reads_pixels(self) -> bool:
         """True when this model's training features came from a catcap image encoder (``catcap
@@ -105,7 +113,7 @@ class Captioner:
     def image_features(self, images) -> list[np.ndarray]:
         """Raw images (paths or PIL images) -> per-image grid features (H*W, C), exactly as
         ``catcap extract`` computed this model's training features."""
-        return images_to_features(self.image_encoder, images, self.device)
+        return images_to_features(self.image_encoder, images, self.device, self.config.model)
 
     def _batch(self, features, feature_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, N, F) features and (B, N) bool mask, True = real region; a list of (N_i, F) arrays
@@ -120,9 +128,11 @@ class Captioner:
         if feature_mask is None:
             feature_mask = torch.ones(features.shape[:2], dtype=torch.bool)
         feature_mask = torch.as_tensor(feature_mask, dtype=torch.bool)
-        if features.shape[-1] != self.config.model.feature_dim:
+        if features.shape[-1] != self.config.model.input_dim:
+            geometry = " + 5 geometry columns (catcap.data.geometry)" if self.config.model.region_geometry else ""
             raise ValueError(f"features are {features.shape[-1]}-d but this model expects "
-                             f"{self.config.model.feature_dim}-d features ({self.config.data.features or 'its training features'})")
+                             f"{self.config.model.feature_dim}-d features{geometry} "
+                             f"({self.config.data.features or 'its training features'})")
         if feature_mask.shape != features.shape[:2]:
             raise ValueError(f"feature_mask must be (B, N) = {tuple(features.shape[:2])}, got {tuple(feature_mask.shape)}")
         empty = (~feature_mask.any(dim=1)).nonzero()[:, 0].tolist()
@@ -202,9 +212,11 @@ def pixel_encoder(features_meta: dict, device: torch.device):
 
 
 @torch.no_grad()
-def images_to_features(encoder, images, device: torch.device) -> list[np.ndarray]:
+def images_to_features(encoder, images, device: torch.device, model_cfg=None) -> list[np.ndarray]:
     """Raw images (paths or PIL images) -> per-image grid features (H*W, C) from ``encoder``,
-    preprocessed as ``catcap extract`` does."""
+    preprocessed as ``catcap extract`` does; with the cells' geometry columns appended when
+    ``model_cfg`` (a ModelConfig) has ``region_geometry`` (catcap.data.geometry)."""
+    from catcap.data.geometry import grid_geometry_rows
     from PIL import Image
 
     batch = []
@@ -218,4 +230,5 @@ def images_to_features(encoder, images, device: torch.device) -> list[np.ndarray
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot read image {item}: {err}") from None
     grid, _ = encoder(torch.stack(batch).to(device))
-    return [g.float().cpu().numpy() for g in grid]
+    size = encoder.input_size  # normalised cell boxes do not depend on the photo's size
+    return [grid_geometry_rows(g.float().cpu().numpy(), encoder.boxes(size, size), model_cfg) for g in grid]

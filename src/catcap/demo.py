@@ -104,7 +104,7 @@ def train_and_score(cfg: ExperimentConfig, beam: int, log) -> tuple:
         log(f"[catcap] training curves: {plot}")
     captioner = Captioner.from_pretrained(Path(cfg.out_dir) / "best")
     test = load_karpathy(cfg.data.dataset, [cfg.data.test_split])[cfg.data.test_split]
-    dataset = ImageDataset(test, open_feature_store(cfg.data.features), captioner.vocab)
+    dataset = ImageDataset(test, captioner.reading(open_feature_store(cfg.data.features)), captioner.vocab)
     ids, cands, refs = caption_split(captioner, dataset, beam)
     return evaluate_tokenized(ids, cands, refs, METRICS), ids, cands, refs
 

@@ -57,9 +57,8 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     dataset = dataset or cap.data_file("dataset")
     features = features or cap.data_file("features")
     records = load_karpathy(dataset, [split])[split]
-    store = open_feature_store(features)
-    cap.check_store(store)
-    validate_dataset(records, store, cap.config.model.feature_dim)
+    store = cap.reading(open_feature_store(features))
+    validate_dataset(records, store, cap.config.model.input_dim)
     results = _decode_records(cap, records, store, beam=beam, max_len=max_len, progress=progress)
     if save_results:
         write_json_atomic(save_results, results)

@@ -197,7 +197,7 @@ RECURRENT_VARIANTS = [("vanilla", {}), ("caca", {}), ("caca", {"strategy": "ihc"
 @pytest.mark.parametrize("arch, cross, options", [("transformer", *v) for v in HISTORY_VARIANTS]
                          + [("m2", *v) for v in M2_VARIANTS]
                          + [(arch, *v) for arch in ("att2in", "updown", "lookback", "aoa") for v in RECURRENT_VARIANTS]
-                         + [("vlp", "vanilla", {})])
+                         + [("vlp", "vanilla", {}), ("vlp_geometry", "vanilla", {})])
 @pytest.mark.parametrize("seed, eos_bias, rules", [(0, 0.6, {}), (1, 0.8, {"no_repeat_ngram": 3, "min_len": 2})])
 def test_beam_search_with_history_memory_equals_reference(arch, cross, options, seed, eos_bias, rules):
     """CACA's history memory (one per encoder level in M2) rides in the decoder state and is

@@ -31,7 +31,7 @@ SOFT = [("vanilla", {}), ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {
         ("caca", {"shared": False}), ("light_caca", {}), ("light_caca", {"strategy": "ihc"}),
         ("light_caca", {"strategy": "ohc"})]
 RECURRENT = [(arch, name, opts) for arch in ("att2in", "updown", "lookback", "aoa") for name, opts in SOFT]
-VARIANTS = [("transformer", name, opts) for name, opts in VARIANTS] + MESHED + RECURRENT + [("vlp", "vanilla", {})]
+VARIANTS = [("transformer", name, opts) for name, opts in VARIANTS] + MESHED + RECURRENT + [("vlp", "vanilla", {}), ("vlp_geometry", "vanilla", {})]
 IDS = ["-".join([arch, name, *map(str, opts.values())]) for arch, name, opts in VARIANTS]
 
 

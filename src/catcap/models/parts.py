@@ -61,12 +61,31 @@ def check_parts(cfg) -> None:
     DECODERS.get(cfg.decoder)
     cross_options(cfg)
     _check_recurrent(cfg)
+    _check_region_terms(cfg)
     if not getattr(DECODERS.get(cfg.decoder), "uses_cross_attention", True) and cfg.cross_attention != "vanilla":
         raise ConfigError(f"model.decoder={cfg.decoder} is one stream over regions and words, with no cross attention "
                           f"to make {cfg.cross_attention!r}: set model.cross_attention=vanilla")
     if cfg.history.placement != "per_level" and not DECODERS.get(cfg.decoder).meshed:
         raise ConfigError(f"model.history.placement={cfg.history.placement!r} has no effect with decoder "
                           f"{cfg.decoder!r}, which reads one encoder level; use model.decoder=meshed (M2) or remove it")
+
+
+def _check_region_terms(cfg) -> None:
+    """``model.region_geometry`` / ``region_classes`` only with an encoder that embeds them,
+    and ``region_classes`` names a catcap image encoder."""
+    from catcap.config import ConfigError
+
+    if not (cfg.region_geometry or cfg.region_classes):
+        return
+    if not getattr(ENCODERS.get(cfg.encoder), "embeds_region_terms", False):
+        raise ConfigError(f"model.region_geometry / model.region_classes are terms of VLP's region embedding; "
+                          f"encoder {cfg.encoder!r} does not read them: use model.encoder=vlp_regions or remove them")
+    from catcap.features.efficientnet import ENCODERS as IMAGE_ENCODERS
+
+    if cfg.region_classes is not None and cfg.region_classes not in IMAGE_ENCODERS:
+        raise ConfigError(f"model.region_classes names the image encoder whose ImageNet head gives the class "
+                          f"probabilities: one of {', '.join(IMAGE_ENCODERS)}, found {cfg.region_classes!r}; "
+                          "or null to leave the class term out")
 
 
 def _check_recurrent(cfg) -> None:

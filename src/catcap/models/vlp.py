@@ -5,7 +5,7 @@ One shared Transformer reads ``[CLS] r_1..r_N [SEP] w_1..w_T [STOP]`` under a se
 *seq2seq* (the image part ``[CLS] r [SEP]`` sees the image part; word t sees the image part and
 words <= t). Blocks are pre-norm (``x + MHA(LN x)``, ``x + FFN(LN x)``) with a final LayerNorm,
 as catcap's other Transformers; inputs are the sum of a token embedding (a word, or the learned
-[CLS], [SEP], [MASK] vectors, or a region ``r_i = W_r R_i``), a segment embedding (image 0,
+[CLS], [SEP], [MASK] vectors, or a region embedding ``r_i``, :class:`VLPRegions`), a segment embedding (image 0,
 text 1) and, for text, a learned position (word t at position t; regions carry no 1-D position).
 [STOP] is catcap's ``<eos>``; [MASK] is not a vocabulary word, so the output vocabulary is the
 captioner's.
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from catcap.data.geometry import GEOMETRY_DIM
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend
 from catcap.models.cross.history import attend_with_history
 from catcap.models.decoders.state import DecoderState
@@ -117,21 +118,57 @@ class VLPImage:
 
 @ENCODERS.register("vlp_regions")
 class VLPRegions(nn.Module):
-    """Region features (B, N, F) -> region embeddings ``r_i = W_r R_i`` (B, 1, N, D). The
-    class-probability and geometry terms of VLP's region embedding are not built yet."""
+    """Region inputs (B, N, F [+ 5]) -> region embeddings (B, 1, N, D):
+    ``r_i = W_r R_i + W_p [LN(W_c C_i) | LN(W_g G_i)]`` (VLP's region embedding, SPEC.md §5).
+
+    ``region_geometry``: the last 5 input columns are ``G_i`` (box corners and area, appended by
+    :mod:`catcap.data.geometry`). ``region_classes``: the name of the catcap image encoder whose
+    frozen ImageNet head gives ``C_i = softmax(W_in R_i + b_in)`` per grid cell (1,000 classes;
+    kept as buffers, so a checkpoint carries them). With neither, ``r_i = W_r R_i``; with one,
+    ``W_p`` reads that term alone."""
 
     keeps_all_levels = False
+    embeds_region_terms = True
 
     def __init__(self, feature_dim: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, dropout: float,
-                 memory_slots: int = 0):
+                 memory_slots: int = 0, region_geometry: bool = False, region_classes: str | None = None):
         super().__init__()
         if memory_slots:
             raise ValueError(f"the VLPRegions encoder takes no memory slots (found model.memory_slots={memory_slots}); "
                              "leave model.memory_slots unset")
-        self.project = Linear(feature_dim, d_model)
+        self.feature_dim = feature_dim
+        self.project = Linear(feature_dim, d_model)  # W_r
+        self.classes = self._class_term(region_classes, feature_dim, d_model) if region_classes else None
+        self.geometry = nn.Sequential(Linear(GEOMETRY_DIM, d_model), nn.LayerNorm(d_model)) if region_geometry else None
+        terms = (self.classes is not None) + (self.geometry is not None)
+        self.mix = Linear(terms * d_model, d_model) if terms else None  # W_p
+
+    def _class_term(self, encoder: str, feature_dim: int, d_model: int) -> nn.Module:
+        from catcap.features.efficientnet import imagenet_head
+
+        weight, bias = imagenet_head(encoder)
+        if weight.shape[1] != feature_dim:
+            raise ValueError(f"model.region_classes={encoder!r} classifies {weight.shape[1]}-d grid cells, but the "
+                             f"features are {feature_dim}-d; name the encoder that extracted them")
+        self.register_buffer("class_weight", weight)  # (K, F), frozen
+        self.register_buffer("class_bias", bias)
+        return nn.Sequential(Linear(weight.shape[0], d_model), nn.LayerNorm(d_model))  # LN(W_c C)
+
+    def class_probabilities(self, regions: Tensor) -> Tensor:
+        """regions (B, N, F) -> C (B, N, K): the image encoder's ImageNet head on each cell."""
+        return torch.softmax(regions @ self.class_weight.T + self.class_bias, dim=-1)
 
     def forward(self, features: Tensor, mask: Tensor) -> Tensor:
-        return rows_through(self.project, features)[:, None]
+        regions = features[..., :self.feature_dim]
+        out = rows_through(self.project, regions)
+        terms = []
+        if self.classes is not None:
+            terms.append(self.classes(self.class_probabilities(regions)))
+        if self.geometry is not None:
+            terms.append(self.geometry(features[..., self.feature_dim:]))
+        if terms:
+            out = out + self.mix(torch.cat(terms, -1))
+        return out[:, None]
 
 
 @DECODERS.register("vlp")

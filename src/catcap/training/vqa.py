@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from catcap.config import from_dict
 from catcap.data.collate import pad_captions, pad_regions
 from catcap.data.features import open_feature_store
+from catcap.data.geometry import with_geometry
 from catcap.data.karpathy import load_karpathy
 from catcap.data.vocab import Vocab
 from catcap.data.vqa import AnswerVocab, Question, answer_score, load_questions, soft_scores
@@ -148,7 +149,7 @@ def train_vqa(cfg: VQAConfig, log: Callable[[str], None] = print) -> Path:
     model = VLPQuestionAnswerer(captioner.encoder, captioner.decoder, len(answers))
     log(f"[catcap] VQA from {cfg.checkpoint}{' (architecture only: new weights)' if cfg.fresh else ''}: {len(train_q)} training questions, {len(answers)} answers, "
         f"{len(vocab) - len(caption_vocab)} question words added to the vocabulary")
-    store = open_feature_store(features)
+    store = with_geometry(open_feature_store(features), config.model)
     loader = DataLoader(QuestionSet(train_q, store, vocab, answers, cfg.max_question_len), batch_size=cfg.batch_size,
                         shuffle=True, collate_fn=collate_questions, generator=torch.Generator().manual_seed(cfg.seed))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -178,6 +179,11 @@ def train_vqa(cfg: VQAConfig, log: Callable[[str], None] = print) -> Path:
             best = result["accuracy"]
             save_checkpoint(out / "best", **save)
     return out / "best"
+
+
+def model_config(meta: dict):
+    """The ModelConfig of a VQA checkpoint's VLP (``meta`` from :func:`load_answerer`)."""
+    return from_dict(ExperimentConfig, meta["captioner"]).model
 
 
 def load_answerer(directory: str | Path):
@@ -231,7 +237,8 @@ def evaluate_vqa(directory: str | Path, split: str = "test", *, dataset: str | N
     """Accuracy of a VQA checkpoint on ``split``, overall and per type, with the baseline."""
     model, vocab, answers, meta = load_answerer(directory)
     dataset, features = _data_paths(meta, dataset, features)
-    result = score(model, _questions(dataset, split), open_feature_store(features), vocab, answers,
+    store = with_geometry(open_feature_store(features), model_config(meta))
+    result = score(model, _questions(dataset, split), store, vocab, answers,
                    meta["vqa"]["max_question_len"], baseline_from=_questions(dataset, meta["vqa"]["train_split"]))
     return {"split": split, **result}
 
@@ -240,16 +247,17 @@ def evaluate_vqa(directory: str | Path, split: str = "test", *, dataset: str | N
 def ask(directory: str | Path, question: str, *, image: str | None = None, photo_features=None, top: int = 3,
         features: str | None = None) -> list:
     """-> [(answer, probability)] of the ``top`` answers to ``question`` about the image with
-    feature-store key ``image``, or about a photo: ``photo_features(features_meta)`` gives its
-    regions (N, F) from the meta of the training feature store (the image encoder to use)."""
+    feature-store key ``image``, or about a photo: ``photo_features(features_meta, model_cfg)``
+    gives the rows the model reads from the meta of the training feature store (the image encoder
+    to use) and the model's config (region geometry columns)."""
     from catcap.data.text import caption_tokens
 
     model, vocab, answers, meta = load_answerer(directory)
     if photo_features is not None:
-        regions = photo_features(meta["features"])
+        regions = photo_features(meta["features"], model_config(meta))
     else:
         _, features = _data_paths(meta, None, features)
-        regions = open_feature_store(features).get(image).regions
+        regions = with_geometry(open_feature_store(features), model_config(meta)).get(image).regions
     regions = torch.as_tensor(regions)[None]
     tokens = torch.tensor([vocab.encode(caption_tokens(question), meta["vqa"]["max_question_len"], add_bos=False)])
     probs = torch.sigmoid(model(regions, torch.ones(regions.shape[:2], dtype=torch.bool), tokens,

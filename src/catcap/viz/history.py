@@ -248,9 +248,8 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     dataset, features = _data_paths(cap, dataset, features)
     records = _split_records(dataset, split)[:limit]
-    store = open_feature_store(features)
-    cap.check_store(store)
-    check_features(store, [r.key for r in records], cap.config.model.feature_dim)
+    store = cap.reading(open_feature_store(features))
+    check_features(store, [r.key for r in records], cap.config.model.input_dim)
     processors = _processors(cap.vocab)
     heads = history_heads(cap.config.model)  # level-heads in a meshed (M2) decoder
     sums = np.zeros((heads, max_len + 1))
@@ -386,9 +385,8 @@ def image_attention(checkpoint, image_id: str | int | None = None, *, split: str
     index = resolve_layer(cap, layer)
     dataset, features = _data_paths(cap, dataset, features)
     rec = find_record(dataset, None if image_id is None else str(image_id), split)
-    with open_feature_store(features) as store:
-        cap.check_store(store)
-        check_features(store, [rec.key], cap.config.model.feature_dim)
+    with cap.reading(open_feature_store(features)) as store:
+        check_features(store, [rec.key], cap.config.model.input_dim)
         item = store.get(rec.key)
     feats = torch.from_numpy(item.regions)[None].to(cap.device)
     mask = torch.ones(feats.shape[:2], dtype=torch.bool, device=cap.device)
