@@ -1,4 +1,9 @@
-"""``catcap import flickr8k|coco`` and ``catcap prepare`` (in-process, through catcap.cli.main)."""
+"""``catcap import flickr8k|coco`` and ``catcap prepare`` (in-process, through catcap.cli.main).
+
+Oracles: the small inputs' outputs (image and caption counts, vocabulary sizes) are counted by
+hand; the help texts' example commands are parsed by the real parser and, for Flickr8k, run
+as printed on the copy next to the repository (its official split sizes: 6,000 / 1,000 images,
+5 captions each)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import pytest
 
 from catcap.cli.main import main
 from catcap.data.karpathy import load_karpathy
+from help_examples import example_commands, parse_example
 
 
 @pytest.fixture
@@ -65,13 +71,44 @@ def test_import_coco(tmp_path, capsys):
     assert {s: [r.image_id for r in v] for s, v in load_karpathy(out).items()} == {"train": [1], "test": [2]}
 
 
-@pytest.mark.parametrize("argv", [["import", "--help"], ["import", "flickr8k", "--help"], ["import", "coco", "--help"],
-                                  ["prepare", "--help"]])
-def test_help_teaches(argv, capsys):
+def _help(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exc:
-        main(argv)
+        main([*argv, "--help"])
     assert exc.value.code == 0
-    text = capsys.readouterr().out
-    assert "example" in text
-    if argv[-2] in ("flickr8k", "prepare"):
-        assert "../shared/data/flickr8k/Flickr8k.token.txt" in text
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, commands", [(["import"], [["import", "flickr8k"]]),
+                                            (["import", "flickr8k"], [["import", "flickr8k"]]),
+                                            (["import", "coco"], [["import", "coco"]]),
+                                            (["prepare"], [["import", "flickr8k"], ["prepare"]])])
+def test_help_examples_are_commands_that_parse(argv, commands, capsys):
+    """Every example a help text shows is accepted by the parser, option for option."""
+    examples = example_commands(_help(argv, capsys))
+    assert [e[:len(c)] for e, c in zip(examples, commands)] == commands and len(examples) == len(commands)
+    for example in examples:
+        args = parse_example(example)
+        assert args.command == example[0]
+
+
+def test_the_flickr8k_examples_run_on_the_copy_next_to_the_repository(tmp_path, capsys, monkeypatch):
+    """``catcap prepare --help`` teaches import then prepare on ../shared/data/flickr8k: run both,
+    as printed, from the repository root (only --out / --dataset moved into tmp_path)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root.parent / "shared" / "data" / "flickr8k" / "Flickr8k.token.txt").exists():
+        pytest.skip("the real Flickr8k is not at ../shared/data/flickr8k")
+    imported, prepared = example_commands(_help(["prepare"], capsys))
+    monkeypatch.chdir(root)
+    dataset = tmp_path / "dataset_flickr8k.json"
+    assert main(_with(imported, "--out", dataset)) == 0
+    assert main(_with(_with(prepared, "--dataset", dataset), "--out", tmp_path / "prepared")) == 0
+    assert "7000 images (train 6000, val 1000), 35000 captions" in capsys.readouterr().out
+    assert {s: len(r) for s, r in load_karpathy(dataset).items()} == {"train": 6000, "val": 1000}
+    assert json.loads((tmp_path / "prepared" / "prepare.json").read_text())["splits"]["train"] == {
+        "images": 6000, "captions": 30000}
+
+
+def _with(argv: list[str], flag: str, value) -> list[str]:
+    """argv with the value of ``flag`` replaced."""
+    i = argv.index(flag)
+    return [*argv[:i + 1], str(value), *argv[i + 2:]]

@@ -1,4 +1,7 @@
-"""Datasets, collation and up-front validation on a tiny Karpathy file + a real HDF5 feature file."""
+"""Datasets, collation and up-front validation on a tiny Karpathy file + a real HDF5 feature file.
+
+Oracle: the tiny file's records (KARPATHY, REGIONS, BOXES) with every id, padding and mask
+worked out by hand in the expected values."""
 
 import json
 
@@ -138,10 +141,21 @@ def test_dataloader_spawned_workers_reopen_the_store(world):
 
 # -- validate_dataset ----------------------------------------------------------------------
 
-def test_validate_accepts_good_input(world):
-    splits, store, _ = world
-    validate_dataset(splits["train"] + splits["val"], store, F)
-    validate_dataset(splits["train"], store)
+def test_validate_accepts_good_input_and_its_items_are_the_records(world):
+    """Good records pass unchanged, and what a dataset then serves is exactly what the records
+    and the store hold (KARPATHY and REGIONS above): one item per caption, its image's regions."""
+    splits, store, vocab = world
+    records = splits["train"] + splits["val"]
+    before = [(r.key, [list(c) for c in r.captions], list(r.raw)) for r in records]
+    assert validate_dataset(records, store, F) is None
+    assert validate_dataset(splits["train"], store) is None  # no width given: not checked
+    assert [(r.key, [list(c) for c in r.captions], list(r.raw)) for r in records] == before
+    ds = CaptionDataset(records, store, vocab)
+    assert [(item.key, vocab.decode(item.caption.tolist())) for item in (ds[i] for i in range(len(ds)))] == [
+        ("10", ["a", "dog", "runs"]), ("10", ["a", "cat"]), ("11", ["a", "big", "red", "dog", "sits"]),
+        ("12", ["a", "cat", "sits"]), ("12", ["red", "<unk>"])]  # "car" is not in the train vocabulary
+    for i in range(len(ds)):
+        assert torch.equal(ds[i].regions, torch.from_numpy(REGIONS[ds[i].key]))
 
 
 def test_validate_empty_records(world):

@@ -1,4 +1,7 @@
-"""Feature stores: round trips, atomic writes, resume, and every refused input."""
+"""Feature stores: round trips, atomic writes, resume, and every refused input.
+
+Oracle: the arrays each test writes itself (read back exactly, bit for bit) and hand-made
+damaged files for the refusals."""
 
 import json
 import re
@@ -271,8 +274,9 @@ def test_bad_constructor_arguments(tmp_path):
 
 def test_get_checks_values_of_a_tampered_file(tmp_path):
     path = tmp_path / "f.h5"
+    good = np.arange(2 * F, dtype=np.float32).reshape(2, F) / 4  # distinct, exactly representable values
     with HDF5FeatureWriter(path, F) as w:
-        w.write("good", np.ones((1, F)))
+        w.write("good", good)
         w.write("bad", np.ones((1, F)))
         w.write("narrow", np.ones((1, F)))
     with h5py.File(path, "a") as f:
@@ -280,7 +284,8 @@ def test_get_checks_values_of_a_tampered_file(tmp_path):
         del f["images/narrow/regions"]
         f["images/narrow"].create_dataset("regions", data=np.ones((1, 3), np.float32))
     with HDF5FeatureStore(path) as store:
-        store.get("good")
+        item = store.get("good")  # the untouched image still reads back exactly as written
+        assert item.regions.dtype == np.float32 and np.array_equal(item.regions, good)
         with pytest.raises(FeatureStoreError, match="'bad'.*NaN"):
             store.get("bad")
         with pytest.raises(FeatureStoreError, match=r"'narrow'.*\(1, 3\)"):

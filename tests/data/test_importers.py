@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import zipfile
 from importlib.util import find_spec
 from pathlib import Path
@@ -220,11 +219,9 @@ def test_flickr8k_real():
     if not (FLICKR8K / "Flickr8k.token.txt").exists():
         pytest.skip(f"the real Flickr8k is not at {FLICKR8K} (expected Flickr8k.token.txt, "
                     f"Flickr_8k.trainImages.txt, Flickr_8k.devImages.txt, images/)")
-    start = time.perf_counter()
-    data = import_flickr8k(FLICKR8K / "Flickr8k.token.txt",
+    data = import_flickr8k(FLICKR8K / "Flickr8k.token.txt",  # its speed: benchmarks/flickr8k_data.py
                            {"train": FLICKR8K / "Flickr_8k.trainImages.txt", "val": FLICKR8K / "Flickr_8k.devImages.txt"},
                            FLICKR8K / "images")
-    assert time.perf_counter() - start < 10
     report = data["catcap_import"]
     assert report["splits"] == {"train": 6000, "val": 1000} and report["captions"] == 35000
     assert report["warnings"] == []

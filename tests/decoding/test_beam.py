@@ -1,75 +1,31 @@
 """Batched beam search: hand-computed results on a scripted model, and cached == uncached
-reference on the real Transformer decoder (DESIGN.md decoder contract)."""
+reference on the real Transformer decoder (DESIGN.md decoder contract).
+
+Oracles: hypotheses, scores and stopping steps worked out by hand from the scripted tables; and
+``catcap.decoding.reference``, an uncached per-image beam search that re-runs the whole prefix
+for every step, never stops early, and has its own length penalty and decoding rules (it
+imports none of the code under test)."""
 
 import math
 
 import pytest
 import torch
-from torch import nn
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
 from catcap.decoding import beam_search, build_processors, greedy
+from catcap.decoding.beam import best_possible
 from catcap.decoding.reference import reference_beam_search
 from catcap.models.captioner import Captioner
-from catcap.models.decoders.state import DecoderState
+from scripted_models import ScriptedModel, scripted_batch
 from tiny_models import FEATURES as F
 from tiny_models import tiny_captioner
 
 PAD, BOS, EOS, A, B, C, D = range(7)
-
-
-class ScriptedModel(nn.Module):
-    """Implements the decoding protocol with fixed next-token probabilities per image and
-    prefix: ``tables[image][prefix] = {token: p}`` (unlisted prefixes: ``<eos>`` with p = 1).
-    The image id is ``features[b, 0, 0]``; it counts its ``step`` calls."""
-
-    bos_id, eos_id, pad_id, vocab = BOS, EOS, PAD, 7
-
-    def __init__(self, tables):
-        super().__init__()
-        self.tables, self.steps = tables, 0
-
-    def row(self, image: int, prefix: tuple) -> torch.Tensor:
-        out = torch.full((self.vocab,), float("-inf"))
-        for token, p in self.tables[image].get(prefix, {EOS: 1.0}).items():
-            out[token] = math.log(p)
-        return out
-
-    def encode(self, features, feature_mask):
-        return features, feature_mask
-
-    def init_state(self, memory, memory_mask, group=1):
-        rows = memory.shape[0] * group
-        return DecoderState(memory, memory_mask, group, 0, {"prefix": torch.zeros(rows, 0, dtype=torch.long)})
-
-    def step(self, tokens, state):
-        self.steps += 1
-        prefix = state.caches["prefix"]
-        if state.position == 0:
-            assert bool((tokens == BOS).all())
-        else:
-            prefix = torch.cat([prefix, tokens[:, None]], dim=1)
-        images = state.memory[:, 0, 0].long().repeat_interleave(state.group)
-        logits = torch.stack([self.row(int(i), tuple(p.tolist())) for i, p in zip(images, prefix)])
-        return logits, state.advanced({"prefix": prefix})
-
-    def forward(self, features, feature_mask, captions, caption_mask):
-        inputs = captions[:, :-1]
-        rows = [[self.row(int(features[b, 0, 0]), tuple(inputs[b, 1:t + 1].tolist())) for t in range(inputs.shape[1])]
-                for b in range(inputs.shape[0])]
-        return torch.stack([torch.stack(r) for r in rows]), []
-
-
 # Image 0: greedy takes "a" (0.5) then "c" (0.4): p(a c) = 0.2, but p(b) * p(eos | b) = 0.36.
 GREEDY_TRAP = {(): {A: 0.5, B: 0.4, EOS: 0.1}, (A,): {A: 0.25, B: 0.35, C: 0.4}, (B,): {EOS: 0.9, A: 0.1}}
 # Image 1: "a <eos>" (0.3) beats "b c d <eos>" (0.2916) on the raw sum; per token it loses.
 EARLY_LATE = {(): {A: 0.5, B: 0.45, EOS: 0.05}, (A,): {EOS: 0.6, C: 0.4}, (B,): {C: 0.8, EOS: 0.2},
               (B, C): {D: 0.9, EOS: 0.1}, (B, C, D): {EOS: 0.9, A: 0.1}}
-
-
-def scripted_batch(*images):
-    features = torch.tensor([[[float(i)]] for i in images])
-    return features, torch.ones(len(images), 1, dtype=torch.bool)
 
 
 def scripted():
@@ -130,6 +86,101 @@ def test_max_len_closes_open_beams_with_eos():
     torch.testing.assert_close(out.log_probs, torch.tensor([math.log(0.95 ** 2 * 0.5), math.log(0.05)]))
 
 
+# Negative length penalty (alpha = -1: score = sum * length, short captions win). Step 0 pools
+# "<eos>" (0.3, rank 1 < K = 2). Step 1 pools "b <eos>" (0.18, score 2 ln 0.18 = -3.43): the pool
+# is full, but the open beam "a c" (sum ln 0.45) may still end at length 3 with a score up to
+# 3 ln 0.45 = -2.40 > -3.43 (the bound for alpha < 0 takes the earliest <eos>; the latest, at
+# length 6, would give 6 ln 0.45 = -4.79 and stop here, one step too early). Step 2 pools
+# "a c <eos>" (3 ln 0.405 = -2.71), which replaces "b <eos>"; then no open beam can win: stop.
+SHORT_WINS = {(): {A: 0.5, EOS: 0.3, B: 0.2}, (A,): {C: 0.9, EOS: 0.1}, (B,): {EOS: 0.9, D: 0.1},
+              (A, C): {EOS: 0.9, D: 0.1}}
+
+
+def test_a_negative_length_penalty_bounds_open_beams_by_their_earliest_end():
+    model = ScriptedModel({0: SHORT_WINS})
+    out = beam_search(model, *scripted_batch(0), beam_size=2, max_len=5, length_penalty=-1.0, num_return=2)
+    assert out.tokens.tolist() == [[EOS, PAD, PAD], [A, C, EOS]]
+    torch.testing.assert_close(out.scores, torch.tensor([math.log(0.3) * 1, math.log(0.405) * 3]))
+    assert model.steps == 3, "stopped after step 2, not at step 1 (too early) nor at max_len"
+    ref = reference_beam_search(ScriptedModel({0: SHORT_WINS}), *scripted_batch(0), beam_size=2, max_len=5,
+                                length_penalty=-1.0, num_return=2)
+    assert ref.tokens.tolist() == out.tokens.tolist()
+
+
+def test_the_best_possible_final_score_of_open_beams():
+    """sum / length ** alpha at the most favourable length: the latest <eos> (L = max_len + 1)
+    for alpha > 0, the earliest (the next token, length step + 2) for alpha < 0, the sum itself
+    for alpha = 0 (log-probs <= 0: later tokens can only lower it)."""
+    sums = torch.tensor([-2.0, -0.5])
+    torch.testing.assert_close(best_possible(sums, step=1, max_len=5, alpha=0.0), sums)
+    torch.testing.assert_close(best_possible(sums, step=1, max_len=5, alpha=1.0), sums / 6)
+    torch.testing.assert_close(best_possible(sums, step=1, max_len=5, alpha=0.5), sums / 6 ** 0.5)
+    torch.testing.assert_close(best_possible(sums, step=1, max_len=5, alpha=-1.0), sums * 3)
+    torch.testing.assert_close(best_possible(sums, step=3, max_len=5, alpha=-0.5), sums * 5 ** 0.5)
+
+
+@pytest.mark.parametrize("alpha", [-1.0, -0.5, 0.5, 2.0])
+@pytest.mark.parametrize("seed, eos_bias", [(0, 1.0), (0, 1.5), (1, 1.0)])
+def test_early_stop_with_other_length_penalties_never_changes_the_answer(alpha, seed, eos_bias):
+    """The reference never stops early; the cached search stops as soon as no open beam can
+    win and must still give the same hypotheses. With alpha < 1 these cases stop well before
+    max_len (steps counted), so the early-stop bound is what is checked; with alpha = 2 the bound
+    (the sum over 13 ** 2) lets no search stop early, and only the answers are compared."""
+    model, (features, mask) = make_model(seed, eos_bias), regions(seed + 10)
+    steps, step = [], model.step
+    model.step = lambda tokens, state: steps.append(1) or step(tokens, state)
+    out = beam_search(model, features, mask, beam_size=3, max_len=12, length_penalty=alpha, num_return=3)
+    del model.step
+    ref = reference_beam_search(model, features, mask, beam_size=3, max_len=12, length_penalty=alpha, num_return=3)
+    assert out.tokens.tolist() == ref.tokens.tolist()
+    torch.testing.assert_close(out.scores, ref.scores, rtol=1e-6, atol=1e-5)  # |score| up to ~100 for alpha -1
+    torch.testing.assert_close(out.log_probs, ref.log_probs, rtol=0, atol=1e-5)
+    if alpha < 1:
+        assert len(steps) < 10, f"expected an early stop, ran {len(steps)} of 13 steps"
+
+
+def test_rules_that_forbid_every_continuation_are_an_error():
+    """Image 0's model allows only "a", which the rules suppress: nothing is left for it (even
+    though image 1 could go on), an error rather than a caption of -inf."""
+    tables = {0: {(): {A: 1.0}}, 1: {(): {B: 1.0}}}
+    processors = build_processors(EOS, suppress_ids=[A])
+    with pytest.raises(ValueError, match="at step 0 the logit processors forbid every continuation of every beam"):
+        beam_search(ScriptedModel(tables), *scripted_batch(1, 0), beam_size=2, max_len=4, processors=processors)
+    with pytest.raises(ValueError, match="at step 0 the rules forbid every continuation"):
+        reference_beam_search(ScriptedModel(tables), *scripted_batch(0), beam_size=2, max_len=4,
+                              rules={"suppress_ids": [A]})
+
+
+def test_a_search_whose_beams_run_out_keeps_the_captions_it_found():
+    """Image 1's model allows one caption only, "b <eos>": after it no beam can go on. The search
+    ends with that caption (as the reference does), not with an error about the rules (before
+    the fix: "at step 2 the logit processors forbid every continuation"); asking for two captions
+    is an error that says only one exists."""
+    tables = {1: {(): {B: 1.0}}}
+    processors = build_processors(EOS, suppress_ids=[A])
+    out = beam_search(ScriptedModel(tables), *scripted_batch(1), beam_size=2, max_len=4, processors=processors)
+    ref = reference_beam_search(ScriptedModel(tables), *scripted_batch(1), beam_size=2, max_len=4,
+                                rules={"suppress_ids": [A]})
+    assert out.tokens.tolist() == ref.tokens.tolist() == [[B, EOS]]
+    torch.testing.assert_close(out.scores, torch.tensor([0.0]))
+    with pytest.raises(ValueError, match=r"allow only 1 caption\(s\) for some image, fewer than num_return=2"):
+        beam_search(ScriptedModel(tables), *scripted_batch(1), beam_size=2, max_len=4, processors=processors,
+                    num_return=2)
+
+
+def test_a_beam_the_rules_stop_leaves_the_captions_already_finished():
+    """The empty caption (p 0.4) finishes at step 0; the open beam "a" may only repeat "a",
+    which no_repeat_ngram=1 forbids: the search ends with the empty caption alone, as the
+    reference does (before the fix: an error about the rules)."""
+    tables = {0: {(): {A: 0.6, EOS: 0.4}, (A,): {A: 1.0}}}
+    out = beam_search(ScriptedModel(tables), *scripted_batch(0), beam_size=2, max_len=4,
+                      processors=build_processors(EOS, no_repeat_ngram=1))
+    ref = reference_beam_search(ScriptedModel(tables), *scripted_batch(0), beam_size=2, max_len=4,
+                                rules={"no_repeat_ngram": 1})
+    assert out.tokens.tolist() == ref.tokens.tolist() == [[EOS]]
+    torch.testing.assert_close(out.scores, torch.tensor([math.log(0.4)]))
+
+
 # ---- the real Transformer decoder ------------------------------------------------------------
 
 
@@ -172,9 +223,9 @@ def test_beam_size_one_is_greedy(eos_bias, rules):
 ])
 def test_cached_beam_search_equals_reference(seed, alpha, eos_bias, rules):
     model, (features, mask) = make_model(seed, eos_bias), regions(seed + 10)
-    kwargs = dict(beam_size=4, max_len=9, length_penalty=alpha, processors=build_processors(EOS, **rules), num_return=4)
-    out = beam_search(model, features, mask, **kwargs)
-    ref = reference_beam_search(model, features, mask, **kwargs)
+    kwargs = dict(beam_size=4, max_len=9, length_penalty=alpha, num_return=4)
+    out = beam_search(model, features, mask, processors=build_processors(EOS, **rules), **kwargs)
+    ref = reference_beam_search(model, features, mask, rules=rules, **kwargs)
     assert out.tokens.tolist() == ref.tokens.tolist()
     assert torch.equal(out.lengths, ref.lengths) and torch.equal(out.mask, ref.mask)
     torch.testing.assert_close(out.scores, ref.scores, rtol=0, atol=1e-5)
@@ -204,14 +255,15 @@ def test_beam_search_with_history_memory_equals_reference(arch, cross, options, 
     reordered with the beams, as do the LSTM states of the recurrent decoders; M2's per-image
     memory of every encoder level is never copied."""
     model, (features, mask) = make_model(seed, eos_bias, cross, arch, **options), regions(seed + 10)
-    kwargs = dict(beam_size=4, max_len=9, length_penalty=1.0, processors=build_processors(EOS, **rules), num_return=4)
-    out = beam_search(model, features, mask, **kwargs)
-    ref = reference_beam_search(model, features, mask, **kwargs)
+    kwargs = dict(beam_size=4, max_len=9, length_penalty=1.0, num_return=4)
+    processors = build_processors(EOS, **rules)
+    out = beam_search(model, features, mask, processors=processors, **kwargs)
+    ref = reference_beam_search(model, features, mask, rules=rules, **kwargs)
     assert out.tokens.tolist() == ref.tokens.tolist()
     torch.testing.assert_close(out.scores, ref.scores, rtol=0, atol=1e-5)
     torch.testing.assert_close(out.token_log_probs, ref.token_log_probs, rtol=0, atol=1e-5)
-    g = greedy(model, features, mask, max_len=9, processors=kwargs["processors"])
-    b = beam_search(model, features, mask, beam_size=1, max_len=9, processors=kwargs["processors"])
+    g = greedy(model, features, mask, max_len=9, processors=processors)
+    b = beam_search(model, features, mask, beam_size=1, max_len=9, processors=processors)
     assert torch.equal(b.tokens, g.tokens)
 
 

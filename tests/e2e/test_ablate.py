@@ -1,9 +1,15 @@
-"""`catcap ablate`: every row of a paper table trained, evaluated and tabulated in one command."""
+"""`catcap ablate`: every row of a paper table trained, evaluated and tabulated in one command.
+
+Oracles: the table configs' differences are listed by hand from the paper's tables; each row
+of the tiny run's table is compared with its own checkpoint scored again by
+``evaluate_checkpoint``, and the Markdown with the JSON; the paper's column is SPEC.md's."""
 
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 from catcap.ablation import plan
 
@@ -49,7 +55,9 @@ def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):
     assert "126.5 |" in table and "128.9 |" in table  # the paper's column
     data = json.loads((out / "table.json").read_text())
     assert [r["label"] for r in data["rows"]] == ["TCA", "+OHC", "+IHC", "+CHC"]
-    assert all(0 <= r["metrics"]["CIDEr"] < 10 and "METEOR" in r["metrics"] for r in data["rows"])
+    assert (data["split"], data["beam"]) == ("val", 2)
+    check_rows_are_their_checkpoints_scores(out, data["rows"])
+    check_markdown_is_the_json(table, data["rows"])
     config = json.loads((out / "table5_2_ohc" / "best" / "config.json").read_text())["config"]
     assert config["model"]["history"]["strategy"] == "ohc" and config["model"]["d_model"] == 32
     assert (out / "table5_2_ohc" / "training.png").read_bytes()[:4] == b"\x89PNG"  # each row's curves
@@ -69,3 +77,28 @@ def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):
         os.utime(tiny_world.dataset, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert third.returncode == 0 and third.stdout.count("reusing the scores") == 0, third.stdout[-2000:]
     assert json.loads((out / "table.json").read_text())["rows"] == data["rows"]  # same data, same scores
+
+
+def check_rows_are_their_checkpoints_scores(out, rows):
+    """Each row's metrics are its own best checkpoint scored on the table's split and beam, as
+    ``catcap evaluate --checkpoint`` scores it (recomputed here for the Java-free metrics)."""
+    from catcap.evaluation import evaluate_checkpoint
+
+    for row in rows:
+        assert set(row["metrics"]) >= {"Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"}
+        ev, _ = evaluate_checkpoint(out / row["row"] / "best", split="val", beam=2, metrics=("bleu", "rouge", "cider"),
+                                    device="cpu", progress=False)
+        for name, value in ev.corpus.items():
+            assert row["metrics"][name] == pytest.approx(value, abs=1e-12), (row["label"], name)
+
+
+def check_markdown_is_the_json(table: str, rows):
+    """table.md: a header with the paper's columns, then one line per row with each metric x100
+    to one decimal and the paper's CIDEr-D of that row."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == ["row", "Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "paper CIDEr-D"]
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    paper = {"TCA": "126.5", "+OHC": "126.8", "+IHC": "128.2", "+CHC": "128.9"}  # SPEC.md section 6, Table 5
+    assert body == [[r["label"], *(f"{100 * r['metrics'][c]:.1f}" for c in header[1:-1]), paper[r["label"]]]
+                    for r in rows]

@@ -1,8 +1,10 @@
-"""A run killed with SIGKILL at a random step and resumed ends with the same weights."""
+"""A run killed with SIGKILL at a random step and resumed ends with the same weights.
+
+Oracle: the same run left uninterrupted (weights, optimizer position, AWC betas and log must be
+identical). The kill step comes from a printed seed (``CATCAP_KILL_SEED`` replays it)."""
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from catcap.training.checkpoint import load_checkpoint
+from tiny_runs import kill_step
 
 
 def run_train(args, **popen):
@@ -57,7 +60,7 @@ def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp
 
     out = tmp_path / "killed"
     args = tiny_overrides(tiny_world, out, **{"train.save_every": 1, **VARIANTS[variant]})
-    kill_at = random.Random().randint(3, 16)  # 20 steps in all (2 epochs x 10 batches)
+    kill_at, seed = kill_step(3, 16)  # 20 steps in all (2 epochs x 10 batches)
     proc = run_train(args)
     deadline = time.time() + 300
     while last_logged_step(out / "log.jsonl") < kill_at and proc.poll() is None and time.time() < deadline:
@@ -65,7 +68,7 @@ def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = load_checkpoint(out / "last", with_trainer=True)["trainer"]["position"]["step"]
-    assert 0 < killed_at < 20, f"the run was not interrupted mid-training (checkpoint at step {killed_at})"
+    assert 0 < killed_at < 20, f"the run was not interrupted mid-training (checkpoint at step {killed_at}, seed {seed})"
     resumed = run_train(args + ["--resume"])
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
@@ -75,7 +78,7 @@ def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp
     b = load_checkpoint(out / "last", with_trainer=True)
     assert a["trainer"]["position"] == b["trainer"]["position"]
     for name, tensor in a["weights"].items():
-        assert torch.equal(tensor, b["weights"][name]), f"{name} differs after resume (killed at step {killed_at})"
+        assert torch.equal(tensor, b["weights"][name]), f"{name} differs (killed at step {killed_at}, seed {seed})"
     if variant in ("cat-awc", "updown-caca-sampling"):  # the learnable AWC betas are resumed too
         assert torch.equal(a["trainer"]["awc"]["beta"], b["trainer"]["awc"]["beta"])
         assert not torch.equal(a["trainer"]["awc"]["beta"], torch.full_like(a["trainer"]["awc"]["beta"], 0.5))

@@ -143,12 +143,32 @@ def test_a_dying_jvm_is_reported_with_its_stderr():
     assert scorer._process is None  # reaped, nothing left running
 
 
-@needs_java
-def test_a_process_that_does_not_answer_in_time_is_killed():
-    scorer = MeteorScorer(timeout=0.5)  # loading the paraphrase table alone takes seconds
+def _silent_java(tmp_path) -> tuple[Path, Path]:
+    """A stand-in ``java`` that reports version 17 and otherwise never answers (it sleeps), and
+    a stand-in Meteor jar with its paraphrase table beside it: no real JVM, so whether the
+    timeout fires does not depend on how fast the machine starts Java."""
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text('#!/bin/sh\nif [ "$1" = "-version" ]; then echo \'openjdk version "17.0.2"\' >&2; exit 0; fi\n'
+                    "exec sleep 60\n")
+    java.chmod(0o755)
+    jar = tmp_path / "meteor" / "meteor-1.5.jar"
+    (jar.parent / "data").mkdir(parents=True)
+    jar.write_bytes(b"")
+    (jar.parent / "data" / "paraphrase-en.gz").write_bytes(b"")
+    return java, jar
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the stand-in java is a POSIX shell script")
+def test_a_process_that_does_not_answer_in_time_is_killed(monkeypatch, tmp_path):
+    java, jar = _silent_java(tmp_path)
+    monkeypatch.setenv("CATCAP_JAVA", str(java))
+    monkeypatch.setenv("CATCAP_METEOR_JAR", str(jar))
+    scorer = MeteorScorer(timeout=0.5)
+    assert scorer.command[:2] == [str(java), "-Xmx2G"]  # the stand-in is what runs
     with pytest.raises(JavaProcessError, match="no answer within 0.5 s"):
         scorer.score({1: ["a cat"]}, {1: "a cat"})
-    assert scorer._process is None
+    assert scorer._process is None  # killed and reaped
 
 
 def test_no_java_anywhere_is_unavailable_with_a_fix(monkeypatch, tmp_path):

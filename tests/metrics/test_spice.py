@@ -5,6 +5,12 @@ CATCAP_CORENLP_DIR points at the two CoreNLP 3.6.0 jars. Everything else runs fo
 the unavailability reasons, the command line, the stand-in JavaScript engine (driven the way
 SpiceScorer drives it), SPICE's own LMDB cache class with and without --add-opens, and the
 real SPICE jar failing, without CoreNLP, with its stderr shown.
+
+The part after the Java process, reading SPICE's output and aggregating it, runs here without
+Java: ``data/spice_output.json`` is the output SPICE 1.0's own code writes (``SpiceStats`` /
+``Evaluation`` from the jar, driven by ``SPICE_OUTPUT_PROBE`` below for given tuple counts;
+the Java test re-makes it and compares). Its oracles are pycocoevalcap's own reading code on the
+same file and the F-scores worked out by hand from the tuple counts.
 """
 
 import json
@@ -46,14 +52,14 @@ def spice_jar():
     return find_jar("SPICE", ENV_SPICE_JAR, SPICE_JAR)
 
 
-def _compile_and_run(tmp_path, source_name, source, classpath, args, options=()):
+def _compile_and_run(tmp_path, source_name, source, classpath, args, options=(), main=None):
     (tmp_path / source_name).write_text(source)
     javac = Path(os.path.realpath(JAVA)).parent / "javac"
     if not javac.exists():
         pytest.skip("no javac next to java to compile the probe")
     subprocess.run([str(javac), "-nowarn", "-cp", os.pathsep.join(classpath), "-d", str(tmp_path),
                     str(tmp_path / source_name)], check=True, capture_output=True)
-    cmd = [JAVA, *options, "-cp", os.pathsep.join([str(tmp_path), *classpath]), source_name[:-5], *args]
+    cmd = [JAVA, *options, "-cp", os.pathsep.join([str(tmp_path), *classpath]), main or source_name[:-5], *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -243,6 +249,144 @@ def test_scores_are_read_back_as_pycocoevalcap_does():
     assert math.isnan(scores_from_output([item(0, 0.25), item(1, None)], [1, 2])[0])
     with pytest.raises(JavaProcessError, match="expected 3"):
         scores_from_output([item(0, 0.25)], [1, 2, 3])
+
+
+RECORDED_OUTPUT = Path(__file__).parent / "data" / "spice_output.json"
+
+SPICE_OUTPUT_PROBE = """
+package edu.anu.spice;
+
+import java.util.HashMap;
+
+/** SPICE 1.0's own output code (SpiceStats.toJSONString over Evaluation objects whose F-scores
+ *  Evaluation.calcFScore computes) for given tuple counts: what SpiceScorer writes with -subset
+ *  once the parser has matched the tuples, without needing CoreNLP to parse captions. */
+public class SpiceOutputProbe {
+    static final String[] CATEGORIES = {"All", "Object", "Attribute", "Relation", "Cardinality", "Color", "Size"};
+    // per image, per category: true positives, false positives, false negatives
+    static final int[][][] COUNTS = {
+        {{5, 0, 0}, {3, 0, 0}, {0, 0, 0}, {2, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
+        {{1, 2, 7}, {1, 1, 2}, {0, 0, 3}, {0, 1, 2}, {0, 0, 1}, {0, 0, 1}, {0, 0, 0}},
+        {{2, 1, 3}, {2, 0, 1}, {0, 0, 0}, {0, 1, 2}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
+    };
+
+    public static void main(String[] args) {
+        SpiceStats stats = new SpiceStats(new HashMap<String, TupleFilter>(), false);
+        for (int i = 0; i < COUNTS.length; ++i) {
+            stats.imageIds.add(i);
+            HashMap<String, Evaluation> score = new HashMap<String, Evaluation>();
+            for (int c = 0; c < CATEGORIES.length; ++c) {
+                Evaluation e = new Evaluation();
+                e.numImages = 1;
+                e.tp = COUNTS[i][c][0];
+                e.fp = COUNTS[i][c][1];
+                e.fn = COUNTS[i][c][2];
+                e.calcFScore(c > 0);  // as SpiceStats.score: NaN allowed for the subsets, not for All
+                score.put(CATEGORIES[c], e);
+            }
+            stats.scores.add(score);
+        }
+        System.out.println(stats.toJSONString());
+    }
+}
+"""
+
+# The three images of the recorded output, keyed so that sorted order (SPICE's input order) is
+# not insertion order: "a" is position 0, "b" 1, "c" 2 (the probe's images 0, 1, 2).
+GTS = {"b": ["two cats sleeping on a red couch", "cats asleep on a sofa"],
+       "a": ["a man riding a horse on a beach"],
+       "c": ["a plate of food with broccoli"]}
+RES = {"b": "a dog on a couch", "a": "a man riding a horse on a beach", "c": "a plate of broccoli"}
+
+
+def _echo_recorded_output(input_path, output_path):
+    """What SPICE does with ``input_path``, given the recorded scores: the input's image ids in
+    input order, each with the recorded scores of the same position."""
+    items = json.loads(Path(input_path).read_text(encoding="utf-8"))
+    recorded = json.loads(RECORDED_OUTPUT.read_text(encoding="utf-8"))
+    assert len(items) == len(recorded)
+    out = [{"image_id": item["image_id"], "scores": scores["scores"]} for item, scores in zip(items, recorded)]
+    Path(output_path).write_text(json.dumps(out), encoding="utf-8")
+
+
+def _catcap_on_recorded_output(monkeypatch, tmp_path):
+    """``spice_score(GTS, RES)`` with the Java process replaced by :func:`_echo_recorded_output`."""
+    import catcap.metrics.spice as spice
+
+    seen = []
+
+    def fake_run(cmd, *, cwd, timeout):
+        seen.append(json.loads(Path(cmd[cmd.index(SPICE_MAIN) + 1]).read_text(encoding="utf-8")))
+        _echo_recorded_output(cmd[cmd.index(SPICE_MAIN) + 1], cmd[cmd.index("-out") + 1])
+
+    monkeypatch.setattr(spice, "find_java", lambda metric: "java")
+    monkeypatch.setattr(spice, "java_major_version", lambda java, metric: 17)
+    monkeypatch.setattr(spice, "find_jar", lambda *args: tmp_path / "spice-1.0.jar")
+    monkeypatch.setattr(spice, "find_corenlp_jars", lambda *args: [])
+    monkeypatch.setattr(spice, "engine_jar", lambda *args: None)
+    monkeypatch.setattr(spice, "run_spice", fake_run)
+    corpus, per_image = spice_score(GTS, RES, cache_dir=tmp_path / "lmdb")
+    return corpus, per_image, seen[0]
+
+
+def _pycocoevalcap_on_recorded_output(monkeypatch, tmp_path):
+    """pycocoevalcap's ``Spice().compute_score`` on the same output (its download step and its
+    Java call replaced; its temporary files go to ``tmp_path``)."""
+    toolkit = pytest.importorskip("pycocoevalcap.spice.spice")
+
+    def check_call(cmd, cwd=None):
+        _echo_recorded_output(cmd[4], cmd[cmd.index("-out") + 1])
+
+    monkeypatch.setattr(toolkit, "__file__", str(tmp_path / "toolkit" / "spice.py"))
+    monkeypatch.setattr(toolkit, "subprocess", type("FakeSubprocess", (), {"check_call": staticmethod(check_call)}))
+    scorer = toolkit.Spice.__new__(toolkit.Spice)  # without __init__, which downloads CoreNLP
+    corpus, scores = scorer.compute_score({k: v for k, v in GTS.items()}, {k: [v] for k, v in RES.items()})
+    return corpus, dict(zip(sorted(GTS), scores))
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def test_a_recorded_spice_output_is_read_as_pycocoevalcap_reads_it(monkeypatch, tmp_path):
+    corpus, per_image, sent = _catcap_on_recorded_output(monkeypatch, tmp_path)
+    # SPICE's input: the images in sorted key order, image ids = positions
+    assert [(item["image_id"], item["test"], item["refs"]) for item in sent] == [
+        (0, RES["a"], GTS["a"]), (1, RES["b"], GTS["b"]), (2, RES["c"], GTS["c"])]
+    toolkit_corpus, toolkit_per_image = _pycocoevalcap_on_recorded_output(monkeypatch, tmp_path)
+    assert corpus == toolkit_corpus
+    assert set(per_image) == set(toolkit_per_image) == {"a", "b", "c"}
+    for key in per_image:
+        assert per_image[key].keys() == toolkit_per_image[key].keys()
+        for category, values in per_image[key].items():
+            assert values.keys() == toolkit_per_image[key][category].keys()
+            assert all(_same(v, toolkit_per_image[key][category][name]) for name, v in values.items()), (key, category)
+
+
+def test_recorded_spice_scores_are_the_f_scores_of_the_tuple_counts(monkeypatch, tmp_path):
+    """By hand from SPICE's definition (pr = tp / (tp + fp), re = tp / (tp + fn), F1), for the
+    tuple counts of the probe: image a (tp 5, fp 0, fn 0), b (1, 2, 7), c (2, 1, 3)."""
+    corpus, per_image, _ = _catcap_on_recorded_output(monkeypatch, tmp_path)
+    expected_all = {"a": (1.0, 1.0, 1.0), "b": (1 / 3, 1 / 8, 2 / 11), "c": (2 / 3, 2 / 5, 1 / 2)}
+    for key, (pr, re, f) in expected_all.items():
+        got = per_image[key]["All"]
+        assert (got["pr"], got["re"], got["f"]) == pytest.approx((pr, re, f), abs=1e-12)
+    assert (per_image["b"]["All"]["tp"], per_image["b"]["All"]["fp"], per_image["b"]["All"]["fn"]) == (1.0, 2.0, 7.0)
+    assert corpus == pytest.approx((1.0 + 2 / 11 + 1 / 2) / 3, abs=1e-12)  # mean of the images' All F-scores
+    assert set(per_image["a"]) == {"All", "Object", "Attribute", "Relation", "Cardinality", "Color", "Size"}
+    # a category without reference tuples is NaN (SPICE writes null); with some but no match, 0
+    assert math.isnan(per_image["a"]["Color"]["f"]) and math.isnan(per_image["b"]["Size"]["pr"])
+    assert per_image["b"]["Color"]["f"] == 0.0
+    assert per_image["b"]["Object"]["f"] == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))  # tp 1, fp 1, fn 2
+
+
+@needs_java
+def test_the_recorded_output_is_what_spices_own_code_writes(tmp_path, spice_jar):
+    classpath = [str(spice_jar), str(spice_jar.parent / "lib" / "*")]
+    run = _compile_and_run(tmp_path, "SpiceOutputProbe.java", SPICE_OUTPUT_PROBE, classpath, [],
+                           main="edu.anu.spice.SpiceOutputProbe")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(RECORDED_OUTPUT.read_text(encoding="utf-8"))
 
 
 @needs_java

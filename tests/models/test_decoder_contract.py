@@ -1,5 +1,6 @@
 """The decoder contract (DESIGN.md): teacher-forced == cached steps; padded == unpadded;
-caches move with hypotheses — for every decoder (the Transformer's over one encoder level, M2's
+caches move with hypotheses; in training mode, under the same dropout masks, no output depends
+on a later word — for every decoder (the Transformer's over one encoder level, M2's
 meshed one over every level of a memory-augmented encoder, the recurrent Att2in, Up-Down,
 Look-Back and AoANet), every cross-attention variant and history strategy, and both placements of CACA's
 history in the meshed decoder."""
@@ -124,27 +125,68 @@ def test_reorder_can_grow_the_group(variant):
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
-@pytest.mark.parametrize("training", [False, True])
-def test_grouped_teacher_forcing_equals_repeated_memory(variant, training):
+def test_grouped_teacher_forcing_equals_repeated_memory(variant):
     """decoder(tokens of G captions per image, memory once per image, group=G) ==
     decoder(same tokens, memory repeated per caption): what SCST's scoring pass relies on."""
     model = make_model(*variant)
     features, fmask, _, _ = batch()
     g = 2
-    captions = torch.tensor([[1, 5, 6, 7, 2], [1, 9, 2, 0, 0], [1, 4, 4, 2, 0], [1, 8, 2, 0, 0], [1, 3, 5, 6, 2], [1, 7, 2, 0, 0]])
-    cmask = captions != 0
-    model.train(training)
+    captions, cmask = grouped_captions()
     with torch.no_grad():
         memory, mmask = model.encode(features, fmask)
-        torch.manual_seed(5)
         grouped, gx = model.decoder(captions, cmask, memory, mmask, group=g)
-        torch.manual_seed(5)
         repeated, rx = model.decoder(captions, cmask, memory.repeat_interleave(g, 0), mmask.repeat_interleave(g, 0))
-    if training:  # dropout masks are drawn in a different order; only the shapes must agree
-        assert grouped.shape == repeated.shape
-        return
     torch.testing.assert_close(grouped[cmask], repeated[cmask], rtol=1e-5, atol=1e-5)
     for a, b in zip(gx, rx):
         if a:
             real = cmask[:, None, :].expand_as(a["history_weight"])
             torch.testing.assert_close(a["history_weight"][real], b["history_weight"][real], rtol=1e-5, atol=1e-6)
+
+
+def grouped_captions():
+    """Two captions per image of ``batch()`` (6 rows, image-major), padded."""
+    captions = torch.tensor([[1, 5, 6, 7, 2], [1, 9, 2, 0, 0], [1, 4, 4, 2, 0], [1, 8, 2, 0, 0], [1, 3, 5, 6, 2],
+                             [1, 7, 2, 0, 0]])
+    return captions, captions != 0
+
+
+FIRST_CHANGED = 2  # the position from which ``with_future_changed`` rewrites the captions
+
+
+def with_future_changed(captions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The same captions with every real token from position FIRST_CHANGED on replaced by another
+    word (same shape and mask, so the same dropout masks are drawn for the same seed)."""
+    changed = captions.clone()
+    later = mask.clone()
+    later[:, :FIRST_CHANGED] = False
+    changed[later] = (captions[later] - 3 + 7) % (V - 4) + 4  # another word id in 4..V-1
+    assert bool((changed[later] != captions[later]).all())
+    return changed
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=IDS)
+@pytest.mark.parametrize("group", [1, 2])
+def test_training_mode_with_dropout_cannot_see_future_words(variant, group):
+    """In training mode (dropout on every layer, attention dropout on the weights over regions
+    and history in CACA / LightCACA), under the same dropout masks (same seed, same shapes), the
+    outputs at positions before FIRST_CHANGED do not move when later words change, while later
+    outputs do; a different seed changes the outputs (the dropout path really runs)."""
+    model = make_model(*variant).train()
+    features, fmask, _, _ = batch()
+    captions, cmask = grouped_captions() if group == 2 else batch()[2:]
+    changed = with_future_changed(captions, cmask)
+
+    def run(tokens, seed):
+        torch.manual_seed(seed)
+        memory, mmask = model.encode(features, fmask)
+        logits, _ = model.decoder(tokens, cmask, memory, mmask, group=group)
+        return logits
+
+    with torch.no_grad():
+        a, b, other_seed = run(captions, 5), run(changed, 5), run(captions, 6)
+    past = cmask.clone()
+    past[:, FIRST_CHANGED:] = False
+    future = cmask & ~past
+    torch.testing.assert_close(a[past], b[past], rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(a[future], b[future], atol=1e-4), "later outputs must see the changed words"
+    assert not torch.allclose(a[cmask], other_seed[cmask], atol=1e-4), "dropout is not active in training mode"

@@ -1,4 +1,8 @@
-"""catcap analyze history: per-position history weights, one image's attention, the plots and the CLI."""
+"""catcap analyze history: per-position history weights, one image's attention, the plots and the CLI.
+
+Oracles: a greedy decoding done by hand with ``model.decoder.step`` (``_manual``) for the
+collected weights and one image's attention; for the plots, the values drawn are read back
+from the saved matplotlib Figure and compared with the attention weights given."""
 
 import json
 from pathlib import Path
@@ -243,16 +247,38 @@ def test_a_failed_analysis_leaves_no_empty_output_folder(cat_checkpoint, tmp_pat
     assert not (tmp_path / "o").exists()
 
 
-def test_region_fallbacks_grid_and_bars(tmp_path):
-    """No image file: square N without boxes -> grid heat map; other N -> bar chart."""
+def _saved_figures(monkeypatch) -> list:
+    """The matplotlib Figures the plots save from now on (to read back what they drew)."""
+    from catcap.viz import history_plots
+
+    figures, save = [], history_plots._save
+    monkeypatch.setattr(history_plots, "_save", lambda fig, path, **k: figures.append(fig) or save(fig, path, **k))
+    return figures
+
+
+def test_region_fallbacks_grid_and_bars(tmp_path, monkeypatch):
+    """No image file: square N without boxes -> grid heat map of the weights in row-major cells;
+    other N -> one bar per region; below, one bar per history entry. The drawn values are the
+    attention weights given (distinct, so a transposed grid or a reordered bar would show)."""
+    figures = _saved_figures(monkeypatch)
     for n in (4, 3):
-        regions = np.full((3, n), 0.6 / n)
+        regions = np.arange(1, 3 * n + 1, dtype=float).reshape(3, n) / 100  # token k, region i: (k*n + i + 1) / 100
+        history = [np.arange(1, k + 2) / 10 for k in range(3)]  # token k's entries: 0.1, 0.2, ..
         att = ImageAttention(key="x", label="toy", layer=1, num_layers=2, strategy="chc", tokens=["a", "b", "<eos>"],
-                             history_weight=np.full(3, 0.4), region_attention=regions,
-                             history_attention=[np.full(k + 1, 0.4 / (k + 1)) for k in range(3)],
+                             history_weight=np.full(3, 0.4), region_attention=regions, history_attention=history,
                              history_labels=[["<bos>", "a", "b"][: k + 1] for k in range(3)], boxes=None,
                              image_path=None)
         _png_size(plot_image_attention(att, tmp_path / f"toy{n}.png"))
+    grid, bars = figures
+    for k in range(3):
+        top, bottom = grid.axes[2 * k], grid.axes[2 * k + 1]
+        (image,) = top.get_images()
+        # regions 1, 2 on the top row, 3, 4 below (row-major cells)
+        np.testing.assert_allclose(image.get_array(), np.array([[4 * k + 1, 4 * k + 2], [4 * k + 3, 4 * k + 4]]) / 100)
+        np.testing.assert_allclose([p.get_height() for p in bottom.patches], np.arange(1, k + 2) / 10)
+        assert [t.get_text() for t in bottom.get_xticklabels()] == ["<bos>", "a", "b"][: k + 1]
+        heights = [p.get_height() for p in bars.axes[2 * k].patches]
+        np.testing.assert_allclose(heights, np.array([3 * k + 1, 3 * k + 2, 3 * k + 3]) / 100)
     with pytest.raises(ValueError, match="at least one HistoryCurve"):
         plot_history_weight([], tmp_path / "none.png")
 

@@ -15,8 +15,10 @@ One step (the standard fairseq / Hugging Face scheme):
    (``state.reorder(image * K + source beam)``);
 4. an image is done when its pool is full and no open beam can beat the pool's worst score:
    log-probs are <= 0, so an open beam's best possible final score is its current sum divided
-   by the most favourable remaining length; the search stops when every image is done or at
-   ``max_len``, where all open beams are closed with ``<eos>``.
+   by the most favourable remaining length; it is done too when no open beam can go on (the
+   rules left none: it keeps the captions it has; with none at all that is an error); the
+   search stops when every image is done or at ``max_len``, where all open beams are closed
+   with ``<eos>``.
 
 At step 0 all K beams of an image are identical, so the model runs that step once per image
 and its output and state are then copied to the K beams (``state.reorder(..., group=K)``);
@@ -125,23 +127,26 @@ def beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 
         rows = first_row + torch.div(cand, vocab, rounding_mode="floor")  # (B, 2K) source rows
         cand_tokens = cand % vocab
         cand_lp = log_probs.view(b, -1).gather(1, cand)
-        _check_candidates(cand_sums, done, step)
         pool = pool.merged(_finished(cand_sums, cand_tokens, cand_lp, rows, history, history_lp,
                                      done, step, max_len, length_penalty, model))
+        exhausted = torch.isneginf(cand_sums[:, 0]) & ~done  # no open beam of the image can go on
+        _check_candidates(exhausted, pool, step)
         keep = _open_beams(cand_tokens == model.eos_id, k)
         sums, rows = cand_sums.gather(1, keep), rows.gather(1, keep).view(-1)
         tokens = cand_tokens.gather(1, keep).view(-1)
         history = torch.cat([history[rows], tokens[:, None]], dim=1)
         history_lp = torch.cat([history_lp[rows], cand_lp.gather(1, keep).view(-1, 1)], dim=1)
-        done = done | pool.done(sums, step, max_len, length_penalty)
+        done = done | exhausted | pool.done(sums, step, max_len, length_penalty)
         if step == max_len or bool(done.all()):
             break
         state = state.reorder(rows)
     return _output(pool, num_return)
 
 
-def _check_candidates(cand_sums: Tensor, done: Tensor, step: int) -> None:
-    if bool((torch.isneginf(cand_sums[:, 0]) & ~done).any()):
+def _check_candidates(exhausted: Tensor, pool: Pool, step: int) -> None:
+    """An image whose beams cannot go on is finished with the captions it has; with none, the
+    rules left it no caption at all: an error."""
+    if bool((exhausted & torch.isneginf(pool.scores[:, 0])).any()):
         raise ValueError(f"at step {step} the logit processors forbid every continuation of every beam "
                          "of some image; relax the rules (min_len, suppressed ids, n-gram blocking)")
 
@@ -173,6 +178,10 @@ def _finished(cand_sums, cand_tokens, cand_lp, rows, history, history_lp, done, 
 def _output(pool: Pool, num_return: int) -> DecodeOutput:
     """The best ``num_return`` of every pool as image-major rows, trimmed to the longest."""
     b = pool.scores.shape[0]
+    found = torch.isfinite(pool.scores).sum(dim=1)
+    if bool((found < num_return).any()):
+        raise ValueError(f"the logit processors allow only {int(found.min())} caption(s) for some image, fewer than "
+                         f"num_return={num_return}; relax the rules or ask for fewer")
     lengths = pool.lengths[:, :num_return].reshape(-1)
     width = max(int(lengths.max()), 1)
     tokens = pool.tokens[:, :num_return, :width].reshape(b * num_return, width)

@@ -4,6 +4,11 @@ Nothing here uses ``init_state`` / ``step``: every next-token distribution comes
 teacher-forced ``model(features, feature_mask, captions, caption_mask)`` on the prefixes, and
 the beam search is a plain per-image Python loop over candidate lists. It is slow on purpose
 (quadratic in length, one image at a time) and is used only by tests.
+
+It shares no decoding code with what it checks: the length penalty and the decoding rules
+(``min_len``, ``no_repeat_ngram``, ``suppress_ids``, ``bad_ending_ids``, ``suppress_eos``, the
+same keywords as :func:`catcap.decoding.build_processors`) are written again here, as plain
+Python over one hypothesis's token list (:func:`forbidden_tokens`).
 Legend: B images, K beams, V vocab, T steps.
 """
 
@@ -15,8 +20,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from catcap.decoding.beam import penalised
-from catcap.decoding.processors import DecodeOutput, Processor, apply_processors, force_token
+from catcap.decoding.processors import DecodeOutput
 
 
 def next_log_probs(model, features: Tensor, feature_mask: Tensor, prefixes: Tensor) -> Tensor:
@@ -52,43 +56,71 @@ class Hypothesis:
     score: Tensor | None = None  # final (penalised) score once finished
 
 
+def forbidden_tokens(tokens: list[int], eos_id: int, min_len: int = 0, no_repeat_ngram: int = 0,
+                     suppress_ids: Iterable[int] = (), bad_ending_ids: Iterable[int] = (),
+                     suppress_eos: bool = False) -> set[int]:
+    """The tokens the rules forbid after the words ``tokens`` of one hypothesis."""
+    forbidden = set(suppress_ids)
+    if len(tokens) < min_len or suppress_eos or (tokens and tokens[-1] in set(bad_ending_ids)):
+        forbidden.add(eos_id)
+    n = no_repeat_ngram
+    if n > 0:
+        seen = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+        last = tuple(tokens[len(tokens) - n + 1:]) if n > 1 else ()
+        forbidden |= {gram[-1] for gram in seen if gram[:-1] == last}
+    return forbidden
+
+
+def length_penalised(total: Tensor, length: int, alpha: float) -> Tensor:
+    """A finished hypothesis's score: its log-prob sum over ``length ** alpha`` (length = words +
+    ``<eos>``; alpha 0 leaves the sum as it is)."""
+    return total / float(length) ** alpha
+
+
 @torch.no_grad()
 def reference_beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 5,
-                          max_len: int = 16, length_penalty: float = 0.0,
-                          processors: Iterable[Processor] = (), num_return: int = 1) -> DecodeOutput:
-    """Same contract and result as :func:`catcap.decoding.beam_search`, one image at a time.
-    It never stops early: it runs until ``max_len`` closes every beam, which also checks that
-    the cached search's early stop never changes the answer."""
-    processors, outputs = tuple(processors), []
+                          max_len: int = 16, length_penalty: float = 0.0, rules: dict | None = None,
+                          num_return: int = 1) -> DecodeOutput:
+    """Same contract and result as :func:`catcap.decoding.beam_search` with
+    ``processors=build_processors(eos_id, **rules)``, one image at a time. It never stops
+    early: it runs until ``max_len`` closes every beam, which also checks that the cached
+    search's early stop never changes the answer."""
+    outputs = []
     for b in range(features.shape[0]):
         pool = _search_image(model, features[b:b + 1], feature_mask[b:b + 1], beam_size, max_len,
-                             length_penalty, processors)
+                             length_penalty, dict(rules or {}))
         outputs.extend(pool[:num_return])
     return _as_output(outputs, model.pad_id, num_return)
 
 
-def _search_image(model, features, feature_mask, k, max_len, alpha, processors) -> list[Hypothesis]:
+def _search_image(model, features, feature_mask, k, max_len, alpha, rules) -> list[Hypothesis]:
     beams, pool = [Hypothesis()], []
     for step in range(max_len + 1):
         prefixes = torch.tensor([h.tokens for h in beams], dtype=torch.long).view(len(beams), step)
         rows = len(beams)
         log_probs = next_log_probs(model, features.expand(rows, -1, -1), feature_mask.expand(rows, -1), prefixes)
-        scores = apply_processors(processors, log_probs, prefixes, step)
-        if step == max_len:
-            scores = force_token(scores, torch.ones(rows, dtype=torch.bool), model.eos_id, log_probs[:, model.eos_id])
         candidates = []  # (sum, beam, token), enumerated beam-major like the batched search
         for i, hyp in enumerate(beams):
-            totals = hyp.total + scores[i]  # float32, the same sums the batched search forms
-            candidates += [(totals[v], i, v) for v, x in enumerate(totals.tolist()) if x != float("-inf")]
+            totals = hyp.total + log_probs[i]  # float32, the same sums the batched search forms
+            if step == max_len:  # only <eos>, with the model's own probability, whatever the rules say
+                allowed = [model.eos_id]
+            else:
+                forbidden = forbidden_tokens(hyp.tokens, model.eos_id, **rules)
+                allowed = [v for v in range(len(totals)) if v not in forbidden]
+            candidates += [(totals[v], i, v) for v in allowed if float(totals[v]) != float("-inf")]
+        if not candidates and not pool:
+            raise ValueError(f"at step {step} the rules forbid every continuation of every beam")
+        if not candidates:  # no beam can go on: the captions found so far are the answer
+            break
         candidates = sorted(candidates, key=lambda c: -float(c[0]))[:2 * k]
-        beams = _advance(beams, pool, candidates, log_probs, step, max_len, alpha, k, model.eos_id)
+        beams = _advance(beams, pool, candidates, log_probs, step, alpha, k, model.eos_id)
         pool = sorted(pool, key=lambda h: -float(h.score))[:k]
         if not beams:
             break
     return pool
 
 
-def _advance(beams, pool, candidates, log_probs, step, max_len, alpha, k, eos_id) -> list[Hypothesis]:
+def _advance(beams, pool, candidates, log_probs, step, alpha, k, eos_id) -> list[Hypothesis]:
     """Move ``<eos>`` candidates ranked < K to ``pool``; return the K best other ones."""
     survivors = []
     for rank, (total, i, v) in enumerate(candidates):
@@ -96,7 +128,7 @@ def _advance(beams, pool, candidates, log_probs, step, max_len, alpha, k, eos_id
         new = Hypothesis(hyp.tokens + [v], hyp.log_probs + [log_probs[i, v]], total)
         if v == eos_id:
             if rank < k:
-                new.score = penalised(total, step + 1, alpha)
+                new.score = length_penalised(total, step + 1, alpha)
                 pool.append(new)
         elif len(survivors) < k:
             survivors.append(new)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from catcap.atomic import NEW_FILE_MODE, fsync_file
@@ -122,11 +123,15 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     missing = [n for n in needed if not (directory / n).is_file()]
     if missing:
         raise CheckpointError(_not_a_checkpoint(directory, missing))
-    meta = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{directory}/config.json: expected format {FORMAT}, found {meta.get('format')!r}")
-    out = {"weights": load_file(str(directory / "model.safetensors")), "config": meta["config"],
-           "vocab": json.loads((directory / "vocab.json").read_text(encoding="utf-8")),
+    meta = _read_json(directory / "config.json")
+    found = meta.get("format") if isinstance(meta, dict) else f"a JSON {type(meta).__name__}"
+    if found != FORMAT:
+        raise CheckpointError(f"{directory}/config.json: expected format {FORMAT}, found {found!r}")
+    if not isinstance(meta.get("config"), dict):
+        raise CheckpointError(f"{directory}/config.json: expected the experiment config under \"config\", found "
+                              f"{type(meta.get('config')).__name__}; the checkpoint is damaged: save it again")
+    out = {"weights": _read_tensors(directory / "model.safetensors"), "config": meta["config"],
+           "vocab": _read_json(directory / "vocab.json"),
            "features": meta.get("features") or {}, "workdir": meta.get("workdir")}
     if with_trainer:
         out["trainer"] = load_trainer_state(directory)
@@ -137,5 +142,24 @@ def load_trainer_state(directory: str | Path) -> dict:
     """The trainer part of a checkpoint alone (optimizer, position, RNG, AWC betas), without
     reading the model weights; the files must exist (:func:`load_checkpoint` checks them)."""
     directory = Path(directory)
-    tensors = load_file(str(directory / "trainer.safetensors"))
-    return unflatten_tensors(json.loads((directory / "trainer.json").read_text(encoding="utf-8")), tensors)
+    tensors = _read_tensors(directory / "trainer.safetensors")
+    return unflatten_tensors(_read_json(directory / "trainer.json"), tensors)
+
+
+def _read_json(path: Path):
+    """A checkpoint's JSON file; CheckpointError naming the file when it is not readable JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err}); the checkpoint is damaged (a copy cut short?): "
+                              "save it again or use another checkpoint") from None
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's safetensors file; CheckpointError naming the file when it is truncated or
+    otherwise not a safetensors file (safetensors' own error says neither)."""
+    try:
+        return load_file(str(path))
+    except SafetensorError as err:
+        raise CheckpointError(f"{path}: not a complete safetensors file ({err}); the checkpoint is damaged "
+                              "(a copy cut short?): save it again or use another checkpoint") from None
