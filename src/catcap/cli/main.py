@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from catcap import __version__
-from catcap.cli import analyze_cmds, data_cmds, extract_cmds, metrics_cmds, train_cmds, vqa_cmds
+from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, metrics_cmds, report_cmds, serve_cmds, train_cmds,
+                        vqa_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     extract_cmds.register(sub)
     data_cmds.register(sub)
     vqa_cmds.register(sub)
+    report_cmds.register(sub)
+    serve_cmds.register(sub)
     return parser
 
 
