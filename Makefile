@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.catcap-installed
 
-.PHONY: help setup demo test evaluate-example bench clean clean-runs
+.PHONY: help setup demo test test-slow evaluate-example bench clean clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -24,6 +24,9 @@ demo: $(STAMP)  ## the main job: make a world, train the tiny Transformer, evalu
 
 test: $(STAMP)  ## run the whole test suite (the README's test command)
 	$(PY) -m pytest -q
+
+test-slow: $(STAMP)  ## the reliability suite with every fault-injection run (~4 min; docs/reliability.md)
+	CATCAP_ALL_FAULTS=1 $(PY) -m pytest -q tests/reliability
 
 evaluate-example: $(STAMP)  ## score the bundled example results with `catcap evaluate`
 	$(VENV)/bin/catcap evaluate --example

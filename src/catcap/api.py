@@ -12,9 +12,8 @@ from typing import Callable, Sequence
 
 from catcap.atomic import write_json_atomic  # noqa: F401  (api.write_json_atomic, used by the CLI)
 from catcap.metrics.bootstrap import Comparison, paired_bootstrap
-from catcap.metrics.errors import MetricInputError
 from catcap.metrics.evaluate import Evaluation, evaluate_captions
-from catcap.metrics.files import load_references, load_results
+from catcap.metrics.files import load_references, load_result_pair, load_results
 from catcap.evaluation import check_beam as _check_beam, evaluate_checkpoint  # noqa: F401  (api.evaluate_checkpoint)
 
 
@@ -53,14 +52,7 @@ def compare(
 ) -> list[Comparison]:
     """Paired bootstrap comparison of two result files on the same images."""
     refs = load_references(references, split)
-    res_a, res_b = load_results(results_a), load_results(results_b)
-    if set(res_a) != set(res_b):
-        raise MetricInputError(
-            f"{results_a} and {results_b} caption different images "
-            f"({len(set(res_a) - set(res_b))} only in the first, {len(set(res_b) - set(res_a))} only in the second); "
-            "a paired comparison needs both systems on the same images"
-        )
-    res_b = {k: res_b[k] for k in res_a}
+    res_a, res_b = load_result_pair(results_a, results_b, "a paired comparison")
     ev_a = evaluate_captions(res_a, refs, metrics, corenlp_dir=corenlp_dir, log=log)
     ev_b = evaluate_captions(res_b, refs, metrics, corenlp_dir=corenlp_dir, log=log)
     return paired_bootstrap(ev_a, ev_b, resamples=resamples, seed=seed)
@@ -165,18 +157,24 @@ def analyze_history(checkpoints, out_dir, **kwargs):
     return run(checkpoints, out_dir, **kwargs)
 
 
-def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | None = None, beam: int = 3,
-            max_len: int = 20, device: str = "auto") -> list[tuple[str, str]]:
-    """Captions for images. A model trained on `catcap extract` features captions image files
-    from their pixels (the checkpoint records the encoder); otherwise items are keys of a
-    feature store or image paths whose stem is the key (e.g. ``runs/demo/world/images/12.png``).
-    An item that names an image file (a path or an image suffix) that does not exist, or a
-    folder, is an error before anything runs. Returns [(item, caption)]."""
+def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: str | None = None, beam: int = 3,
+            max_len: int = 20, device: str = "auto", zoo: str | Path | None = None) -> list[tuple[str, str]]:
+    """Captions for images. ``checkpoint``: a checkpoint folder, a zoo folder or name, a Hugging
+    Face Hub id (``Captioner.from_pretrained``), or None for the bundled model
+    (:func:`bundled_model`; ``zoo``: another zoo folder). A model trained on `catcap extract`
+    features captions image files from their pixels (the checkpoint records the encoder);
+    otherwise items are keys of a feature store or image paths whose stem is the key (e.g.
+    ``runs/demo/world/images/12.png``). A folder stands for its image files (sorted by name). An
+    item that names an image file (a path or an image suffix) that does not exist, or a folder
+    without images, is an error before anything runs. Returns [(item, caption)]."""
     from catcap.captioner import Captioner
     from catcap.data.features import check_features, open_feature_store
 
     _check_beam(beam)
-    cap = Captioner.from_pretrained(checkpoint, device=device)
+    items = expand_image_folders(items)
+    if checkpoint is None:
+        checkpoint = bundled_model(zoo).path
+    cap = Captioner.from_pretrained(checkpoint, device=device, zoo=zoo)
     from_pixels = cap.reads_pixels and features is None
     _check_caption_items(items, must_exist=from_pixels)
     files = [i for i in items if from_pixels and Path(i).is_file()]
@@ -192,21 +190,109 @@ def caption(checkpoint: str | Path, items: Sequence[str], *, features: str | Non
     return [(item, texts[item]) for item in items]
 
 
+def expand_image_folders(items: Sequence[str]) -> list[str]:
+    """Each folder among ``items`` replaced by its image files (by suffix, sorted by name; not
+    recursive); a folder without any is an error naming it. Other items stay as they are."""
+    from catcap.features.extract import IMAGE_SUFFIXES
+
+    out = []
+    for item in items:
+        path = Path(item)
+        if not path.is_dir():
+            out.append(str(item))
+            continue
+        found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not found:
+            raise ValueError(f"{item} is a folder with no image files ({', '.join(IMAGE_SUFFIXES)}); pass image "
+                             "files, a folder of them, or feature-store keys")
+        out.extend(str(p) for p in found)
+    return out
+
+
 def _check_caption_items(items: Sequence[str], must_exist: bool) -> None:
-    """Folders are never images; with ``must_exist`` (a model that reads pixels), an item that
-    looks like an image path (an image suffix or a folder part) must be an existing file."""
+    """With ``must_exist`` (a model that reads pixels), an item that looks like an image path (an
+    image suffix or a folder part) must be an existing file (folders are expanded before)."""
     from catcap.features.extract import IMAGE_SUFFIXES
 
     if not items:
         raise ValueError("expected at least one image file or feature-store key, got none")
     for item in items:
         path = Path(item)
-        if path.is_dir():
-            raise ValueError(f"{item} is a folder; pass image files (e.g. {item}/*.jpg) or feature-store keys")
         looks_like_file = path.suffix.lower() in IMAGE_SUFFIXES or len(path.parts) > 1
         if must_exist and looks_like_file and not path.is_file():
             raise FileNotFoundError(f"image file not found: {item}; check the path (the name is case-sensitive)")
 
+
+def bundled_model(zoo: str | Path | None = None):
+    """The zoo model ``catcap caption`` uses without ``--checkpoint`` (a ``catcap.zoo.ZooEntry``:
+    name, path, size, scores); a ZooError saying how to get one when none is bundled."""
+    from catcap import zoo as model_zoo
+
+    return model_zoo.default_model(zoo)
+
+
+def zoo_build(name: str, checkpoint: str | Path, *, record_captions: str | Path | None = None, **kwargs) -> Path:
+    """``catcap zoo build``: write ``<zoo>/<name>`` from a checkpoint (``catcap.zoo.build``; kwargs:
+    scores, recipe, eval_command, commit, training_time, limits, root, max_mb), then, with
+    ``record_captions``, record the new model's captions in that JSON (:func:`record_captions_file`)."""
+    from catcap import zoo as model_zoo
+
+    if record_captions is not None:  # a wrong file or missing photos are refused before anything is built
+        _expected_photos(_read_expected_captions(record_captions))
+    folder = model_zoo.build(name, checkpoint, **kwargs)
+    if record_captions is not None:
+        record_captions_file(folder, record_captions)
+    return folder
+
+
+def _read_expected_captions(path: str | Path) -> dict:
+    """An expected-captions JSON (see :func:`record_captions_file`), checked; ValueError naming it."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise ValueError(f"{path}: not readable JSON ({err}); expected {{\"photos_dir\": ..., \"decoding\": {{...}}, "
+                         "\"captions\": {\"photo.jpg\": null, ...}} (tests/zoo/flickr8k_cat_captions.json)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("captions"), dict) or not data["captions"] \
+            or not isinstance(data.get("photos_dir"), str) or not isinstance(data.get("decoding", {}), dict):
+        raise ValueError(f"{path}: expected {{\"photos_dir\": ..., \"decoding\": {{...}}, \"captions\": "
+                         "{\"photo.jpg\": null, ...}} (tests/zoo/flickr8k_cat_captions.json)")
+    return data
+
+
+def _expected_photos(data: dict) -> list[Path]:
+    """The photo files an expected-captions JSON lists (``photos_dir`` is relative to the
+    repository unless absolute); FileNotFoundError naming those that are missing."""
+    from catcap.zoo import REPO
+
+    photos = Path(data["photos_dir"])
+    photos = photos if photos.is_absolute() else REPO / photos
+    missing = [n for n in data["captions"] if not (photos / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"photos to caption not found in {photos}: {', '.join(missing)}")
+    return [photos / n for n in data["captions"]]
+
+
+def record_captions_file(model: str | Path, path: str | Path, *, zoo: str | Path | None = None) -> dict:
+    """Fill an expected-captions JSON (``tests/zoo/flickr8k_cat_captions.json``) with ``model``'s
+    captions of the photos it lists: {"photos_dir": relative to the repository or absolute,
+    "decoding": generate() arguments, "captions": {photo file name: caption or null}}; the
+    model's sha256 is recorded next to them. Returns the written data."""
+    from catcap import zoo as model_zoo
+    from catcap.captioner import Captioner
+
+    data = _read_expected_captions(path)
+    photos = _expected_photos(data)
+    names = list(data["captions"])
+    cap = Captioner.from_pretrained(model, device="cpu", zoo=zoo)
+    texts = cap.generate(images=[str(p) for p in photos], **data.get("decoding", {}))
+    folder = model_zoo.locate(model, zoo)
+    zoo_folder = model_zoo.is_zoo_folder(folder)
+    data["sha256"] = model_zoo.read_card(folder)["sha256"]["model.safetensors"] if zoo_folder else None
+    data["captions"] = dict(zip(names, texts))
+    write_json_atomic(path, data)
+    return data
 
 
 def import_flickr8k(tokens: str | Path, split_lists: dict, out: str | Path, *, images: str | Path | None = None,

@@ -8,7 +8,9 @@ is renamed over the target. On any error, Ctrl-C included, the temporary file is
 the target is left as it was. Folders (checkpoints, worlds, feature stores) are swapped whole
 by their writers on top of this (``catcap.folders``, ``training.checkpoint``).
 
-This module imports nothing else of catcap, so every layer may use it, ``catcap.metrics`` too.
+This module imports nothing else of catcap but :mod:`catcap.faults` (a leaf too), so every layer
+may use it, ``catcap.metrics`` too. Fault point ``atomic.before_rename``: the data is written and
+flushed under the temporary name, the rename not done (``docs/reliability.md``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
+
+from catcap import faults
 
 
 def _umask() -> int:
@@ -61,6 +65,7 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Pa
         os.chmod(tmp, _mode_for(path))
         if durable:
             fsync_file(tmp)
+        faults.point("atomic.before_rename")
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -50,15 +50,33 @@ class Captioner:
         self._encoder = None
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, device: str = "auto") -> "Captioner":
-        """Load a checkpoint directory written by ``catcap train`` (no pickle)."""
-        ckpt = load_checkpoint(directory)
+    def from_pretrained(cls, directory: str | Path, device: str = "auto", dtype=None,
+                        zoo: str | Path | None = None) -> "Captioner":
+        """Load a trained captioner (no pickle): a checkpoint folder written by ``catcap train``, a
+        zoo folder or the name of a bundled zoo model (``"flickr8k-cat"``; the zoo folder ``zoo``,
+        default ``$CATCAP_ZOO`` or the repository's ``zoo/``), or a Hugging Face Hub id
+        (``"owner/name"``, ``"hf://owner/name@revision"``; needs ``huggingface_hub``). A zoo folder's
+        files are checked against the sha256 in its card. ``dtype``: the weights' dtype in memory,
+        fp32 by default (a zoo model's fp16 weights are widened exactly); ``"bf16"`` / ``"fp16"``
+        (or torch dtypes) keep them narrow. See docs/zoo.md."""
+        from catcap import zoo as model_zoo
+
+        folder = model_zoo.locate(directory, zoo)
+        ckpt = model_zoo.load_zoo_folder(folder) if model_zoo.is_zoo_folder(folder) else load_checkpoint(folder)
         cfg = from_dict(ExperimentConfig, ckpt["config"])
         vocab = Vocab.from_dict(ckpt["vocab"])
         dev = pick_device(device)
         model = make_model(cfg, vocab)
         model.load_state_dict(ckpt["weights"])
-        return cls(model.to(dev), vocab, cfg, dev, ckpt.get("features"), ckpt.get("workdir"))
+        model = model.to(dev) if dtype is None else model.to(dev, dtype=weights_dtype(dtype))
+        return cls(model, vocab, cfg, dev, ckpt.get("features"), ckpt.get("workdir"))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the model's weights (features are given to it in this dtype); float32 for a
+        model without parameters (e.g. a scripted test model)."""
+        first = next(self.model.parameters(), None)
+        return torch.float32 if first is None else first.dtype
 
     def data_file(self, name: str) -> str:
         """The training data file ``config.data.<name>`` (``dataset`` or ``features``) as a path
@@ -139,7 +157,11 @@ class Captioner:
         if empty:
             raise ValueError(f"image(s) {empty[:5]} of the batch have no real region (their feature_mask rows are all "
                              "False): every image needs at least one region")
-        return features.to(self.device), feature_mask.to(self.device)
+        bad = (~torch.isfinite(features) & feature_mask[..., None]).flatten(1).any(dim=1).nonzero()[:, 0].tolist()
+        if bad:  # a NaN would silently turn every caption of its image into garbage
+            raise ValueError(f"image(s) {bad[:5]} of the batch have NaN/inf feature values; expected finite "
+                             "features: fix the extraction (catcap's feature stores refuse such values)")
+        return features.to(self.device, dtype=self.dtype), feature_mask.to(self.device)
 
     @torch.no_grad()
     def generate(self, features=None, feature_mask=None, *, images=None, num_beams: int = 1, max_length: int = 16,
@@ -190,6 +212,21 @@ class Captioner:
         return [texts[i:i + n] for i in range(0, len(texts), n)]
 
 
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+          "fp16": torch.float16, "float16": torch.float16}
+
+
+def weights_dtype(dtype) -> torch.dtype:
+    """``from_pretrained``'s ``dtype``: None (fp32), a name (fp32, bf16, fp16) or a torch float dtype."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, str) and dtype.lower() in DTYPES:
+        return DTYPES[dtype.lower()]
+    if dtype in set(DTYPES.values()):
+        return dtype
+    raise ValueError(f"dtype {dtype!r}: choose fp32, bf16 or fp16 (or torch.float32 / bfloat16 / float16)")
+
+
 def pixel_encoder(features_meta: dict, device: torch.device):
     """The catcap image encoder that made a model's training features (``features_meta``: the
     feature store's meta recorded in the checkpoint), checked against it; a clear error when the
@@ -222,11 +259,11 @@ def images_to_features(encoder, images, device: torch.device, model_cfg=None) ->
     batch = []
     for item in images:
         if isinstance(item, Image.Image):
-            batch.append(encoder.preprocess(item.convert("RGB")))
+            batch.append(encoder.preprocess(item))  # preprocess converts (16-bit grey scaled, not clipped)
             continue
         try:
             with Image.open(item) as im:
-                batch.append(encoder.preprocess(im.convert("RGB")))
+                batch.append(encoder.preprocess(im))
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot read image {item}: {err}") from None
     grid, _ = encoder(torch.stack(batch).to(device))

@@ -81,7 +81,10 @@ def _coerce(value: Any, tp, where: str) -> Any:
     if tp in (int, float) and isinstance(value, bool):
         raise ConfigError(f"{where}: expected {tp.__name__}, found a boolean {value!r}")
     if isinstance(tp, type) and not isinstance(value, tp):
-        raise ConfigError(f"{where}: expected {tp.__name__}, found {type(value).__name__} {value!r}")
+        quote = f" (YAML read it as {'a boolean' if isinstance(value, bool) else 'a number'}: quote it to keep it " \
+                f"text, e.g. '\"{value}\"')" \
+            if tp is str and isinstance(value, (int, float, bool)) else ""
+        raise ConfigError(f"{where}: expected {tp.__name__}, found {type(value).__name__} {value!r}{quote}")
     return value
 
 
@@ -134,12 +137,21 @@ def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
         try:
             node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as err:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML ({err})") from None
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({yaml_error_line(err)})") from None
     return out
 
 
 def _deep_copy(d):
     return {k: _deep_copy(v) for k, v in d.items()} if isinstance(d, dict) else d
+
+
+def yaml_error_line(err: Exception) -> str:
+    """A YAML parser's error in one line ("expected ',' or ']' at line 2, column 1"): its own text
+    spans several lines with a drawing of the spot."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(err).split())
 
 
 def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
@@ -156,7 +168,7 @@ def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ConfigError(f"config {path} is not valid YAML: {err}") from None
+        raise ConfigError(f"config {path} is not valid YAML: {yaml_error_line(err)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path}: expected a mapping at the top level, found {type(data).__name__}")
     base = data.pop("base", None)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from catcap import faults
 from catcap.atomic import NEW_DIR_MODE
 
 
@@ -26,6 +27,7 @@ def replace_folder(tmp: Path, out: Path) -> None:
         old = aside(out)
         shutil.rmtree(old, ignore_errors=True)  # left by an earlier kill
         os.replace(out, old)
+        faults.point("folder.between_renames")
     os.replace(tmp, out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
@@ -35,7 +37,10 @@ def restore_aside(out: Path) -> None:
     """After a kill between :func:`replace_folder`'s two renames: put the old folder back."""
     old = aside(out)
     if not out.exists() and old.exists():
-        os.replace(old, out)
+        try:
+            os.replace(old, out)
+        except FileNotFoundError:  # another process (a torchrun rank) put it back first
+            pass
 
 
 @contextlib.contextmanager

@@ -77,11 +77,11 @@ def test_a_run_with_relative_data_paths_is_evaluated_from_another_folder(tiny_wo
                            "--metrics", "bleu"], capture_output=True, text=True, cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr
     assert "(30 images)" in proc.stdout
-    # --features replaces the checkpoint's feature store; a folder is not an image
+    # --features replaces the checkpoint's feature store; a folder without images is refused
     proc = subprocess.run([sys.executable, "-m", "catcap", "evaluate", "--checkpoint", str(best), "--beam", "1",
                            "--metrics", "bleu", "--features", str(elsewhere / "none.h5")],
                           capture_output=True, text=True, cwd=elsewhere)
     assert proc.returncode == 2 and "none.h5" in proc.stderr and "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "catcap", "caption", "--checkpoint", str(best), str(tiny_world.images)],
+    proc = subprocess.run([sys.executable, "-m", "catcap", "caption", "--checkpoint", str(best), str(elsewhere)],
                           capture_output=True, text=True)
-    assert proc.returncode == 2 and "is a folder" in proc.stderr
+    assert proc.returncode == 2 and "is a folder with no image files" in proc.stderr

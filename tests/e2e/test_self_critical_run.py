@@ -1,4 +1,4 @@
-"""SCST on the built-in world: started from a short XE run, it raises validation CIDEr-D."""
+"""SCST on the built-in world: started from a short XE run, it raises the reward it optimises."""
 
 import json
 import subprocess
@@ -32,11 +32,11 @@ def scst_world(tmp_path_factory):
 def test_scst_from_a_short_xe_run_raises_validation_cider(scst_world, tiny_overrides, tmp_path):
     """SCST from an XE checkpoint, end to end: the start weights are scored first (the XE run's
     last score, by the same validation), SCST's signals are logged each step, and validation
-    CIDEr-D rises above the start. On this tiny model (30 SCST steps) the gain is small and
-    depends on the seed: over world seeds 3, 4, 5, 6 at this rate the best SCST epoch was
-    +0.045, +0.013, 0.000, -0.018 from the start (2026-11-22). The bar below is therefore a
-    regression value for seed 3, not a property of SCST; `benchmarks/results/scst.md` has
-    SCST's gains at a scale where they are reliable (+0.26 CIDEr-D on the demo's model)."""
+    and the training reward rises over its steps. On this tiny model (30 SCST steps) the
+    validation gain is small and depends on the seed and on the CPU's float rounding: over
+    world seeds 3, 4, 5, 6 at this rate the best SCST epoch was +0.045, +0.013, 0.000, -0.018
+    from the start (2026-11-22); `benchmarks/results/scst.md` has SCST's validation gains at a
+    scale where they are reliable (+0.26 CIDEr-D on the demo's model)."""
     xe = tmp_path / "xe"
     train(tiny_overrides(scst_world, xe, **{"train.epochs": 4}))
     xe_last = val_ciders(xe / "log.jsonl")[-1]  # SCST starts from XE's last epoch
@@ -50,11 +50,20 @@ def test_scst_from_a_short_xe_run_raises_validation_cider(scst_world, tiny_overr
     assert abs(start - xe_last) < 1e-9, (start, xe_last)
     ciders = [r["CIDEr"] for r in records[1:]]
     assert len(ciders) == 3 and all(r["phase"] == "scst" for r in records[1:])
-    # measured 2026-11-22: 0.249 -> 0.286 / 0.291 / 0.294
-    assert max(ciders) > start + 0.02, (start, ciders)
     steps = [json.loads(line) for line in (scst / "log.jsonl").read_text().splitlines() if '"kind": "train"' in line]
     assert all(s["phase"] == "scst" and {"reward", "baseline", "advantage", "eos_fraction", "length", "entropy"} <= s.keys()
                for s in steps)
+    # What SCST optimises, on the images it trains on: the sampled captions' CIDEr-D reward rises.
+    # (Validation CIDEr-D on 150 images is not a reliable bar at this size: with the same seed it
+    # went 0.249 -> 0.294 on one CPU (2026-11-22) and 0.205 -> 0.202 on another (2026-11-26),
+    # float rounding of the products alone; benchmarks/results/scst.md has the validation gains
+    # at a scale where they are reliable.)
+    rewards = [s["reward"] for s in steps]
+    print(f"SCST validation CIDEr-D {start:.3f} -> {ciders}; train reward first/last 5 steps "
+          f"{sum(rewards[:5]) / 5:.3f} / {sum(rewards[-5:]) / 5:.3f}")
+    # measured 2026-11-26 (AMD EPYC), world seeds 3, 4, 5, 6: +0.036, +0.016, +0.013, +0.044;
+    # an SCST with the advantage's sign flipped lowers it
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5, rewards
     assert list(scst_world.dataset.parent.glob("*.train.*.cider-df.npz")), "df cached next to the data"
 
 

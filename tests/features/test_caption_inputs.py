@@ -45,8 +45,9 @@ def test_a_missing_image_file_or_a_folder_is_named_not_looked_up_as_a_key(tmp_pa
         api.caption(ckpt, ["a", str(tmp_path / "photo.JPG")])
     with pytest.raises(FileNotFoundError, match="image file not found: typo.jpg"):
         api.caption(ckpt, ["typo.jpg"])
-    with pytest.raises(ValueError, match="is a folder; pass image files"):
-        api.caption(ckpt, [str(tmp_path)])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="is a folder with no image files"):  # a folder stands for its images
+        api.caption(ckpt, [str(tmp_path / "empty")])
     with pytest.raises(ValueError, match="beam size must be >= 1"):
         api.caption(ckpt, ["a"], beam=0)
     assert len(api.caption(ckpt, ["a"], beam=1)) == 1  # a plain key still reads the store

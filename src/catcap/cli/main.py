@@ -7,7 +7,7 @@ import sys
 
 from catcap import __version__
 from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, metrics_cmds, report_cmds, serve_cmds, train_cmds,
-                        vqa_cmds)
+                        vqa_cmds, zoo_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     vqa_cmds.register(sub)
     report_cmds.register(sub)
     serve_cmds.register(sub)
+    zoo_cmds.register(sub)
     return parser
 
 
@@ -54,3 +55,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, UnknownName, *FILE_ERRORS) as err:  # catcap's input errors say what to fix
         print(f"catcap {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a full disk, a file too large, an I/O error: one line, exit 1 (docs/reliability.md)
+        print(f"catcap {args.command}: error: {_os_error(err, args.command)}", file=sys.stderr)
+        return 1
+
+
+def _os_error(err: OSError, command: str) -> str:
+    """One line for an error of the machine, not of the input: what failed, on which file, and
+    that what was saved before is kept (every writer replaces files atomically)."""
+    import errno
+
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    what = err.strerror or str(err)
+    hint = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some space (disk quota exceeded)",
+            errno.EFBIG: "the file is larger than this system or its limits allow (ulimit -f)",
+            errno.EROFS: "the file system is read-only"}.get(err.errno, "check the disk and the path")
+    again = "run it again with --resume to continue from the last checkpoint" if command == "train" else \
+        "run the command again"
+    return (f"{what}{where}; {hint}, then {again}: files written before the error are intact (a checkpoint, "
+            "results or feature file is never left half-written under its name)")

@@ -113,13 +113,18 @@ example:
 
 
 CAPTION_HELP = """\
-Caption images with a trained model. A model trained on features from `catcap extract`
-captions photo files directly: the checkpoint records the image encoder and its
-preprocessing, and the photos go through exactly that. For other models (e.g. the built-in
-world's detector-like features) name images by their key in the feature store or by an image
-file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
+Caption images with a trained model. Without --checkpoint, the model bundled with catcap
+(zoo/flickr8k-cat, `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
+stderr. A folder stands for its image files (sorted by name). A model trained on features
+from `catcap extract` captions photo files directly: the checkpoint records the image encoder
+and its preprocessing, and the photos go through exactly that. For other models (e.g. the
+built-in world's detector-like features) name images by their key in the feature store or by
+an image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
+--json prints [{"image": ..., "caption": ...}, ...] instead of "image: caption" lines.
 
 example:
+  catcap caption photo.jpg
+  catcap caption --json photos/ another.jpg
   catcap caption --checkpoint runs/flickr8k/cat/best my_photo.jpg another.jpg
   catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
 """
@@ -168,11 +173,13 @@ def register(sub) -> None:
     abl.set_defaults(func=cmd_ablate)
     cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    cap.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint written by catcap train")
+    cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
+                     "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-cat)")
+    cap.add_argument("--json", action="store_true", help='print JSON: [{"image": ..., "caption": ...}, ...]')
     cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
     cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
     cap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default auto)")
-    cap.add_argument("images", nargs="+", metavar="IMAGE", help="image keys or image files named by key")
+    cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
     cap.set_defaults(func=cmd_caption)
     demo = sub.add_parser("demo", help="world -> train -> evaluate, in a few minutes", description=DEMO_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -299,9 +306,20 @@ def cmd_demo(args) -> int:
 
 
 def cmd_caption(args) -> int:
+    import json
+
     from catcap import api
 
-    for item, text in api.caption(args.checkpoint, args.images, features=args.features, beam=args.beam,
-                                  device=args.device):
-        print(f"{item}: {text}")
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        entry = api.bundled_model()
+        checkpoint = entry.path
+        print(f"catcap caption: using the bundled model {entry.name} ({entry.path}; --checkpoint picks another)",
+              file=sys.stderr)
+    captions = api.caption(checkpoint, args.images, features=args.features, beam=args.beam, device=args.device)
+    if args.json:
+        print(json.dumps([{"image": item, "caption": text} for item, text in captions], indent=1, ensure_ascii=False))
+    else:
+        for item, text in captions:
+            print(f"{item}: {text}")
     return 0

@@ -5,6 +5,7 @@ See :mod:`catcap.data.features` for the formats and the public API.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Optional, Protocol, Union
 
 import numpy as np
+
+from catcap import faults
 
 PathLike = Union[str, "os.PathLike[str]"]
 _SAFE = re.compile(r"[A-Za-z0-9_\-]")
@@ -81,6 +84,15 @@ def validate_features(key: str, regions, boxes, feature_dim: int) -> ImageFeatur
         if not np.isfinite(boxes).all():
             raise FeatureStoreError(f"image {key!r}: boxes hold NaN/inf values")
     return ImageFeatures(regions, boxes)
+
+
+def content_sha256(feats: ImageFeatures) -> str:
+    """sha256 of one image's float32 regions (and boxes) as stored: written with each image of an
+    HDF5 store and checked when the image is read (a bit flip is refused, never trained on)."""
+    digest = hashlib.sha256(np.ascontiguousarray(feats.regions, dtype=np.float32).tobytes())
+    if feats.boxes is not None:
+        digest.update(np.ascontiguousarray(feats.boxes, dtype=np.float32).tobytes())
+    return digest.hexdigest()
 
 
 def _check_dim(feature_dim) -> int:
@@ -181,14 +193,17 @@ class _WriterBase:
         elif not resume and self.partial.exists():
             _remove(self.partial)
         self._source = self.path if self._restore else self.partial  # the name errors should give
+        fresh = not (resume and self.partial.exists())
         try:
-            self._open(resume and self.partial.exists())
+            self._open(not fresh)
             self._done = set(self._keys())
         except BaseException:
             try:
                 self._close()
             finally:
                 self._put_back()
+                if fresh and self.partial.exists():  # a new file that failed to start (a full disk) holds nothing
+                    _remove(self.partial)
             raise
 
     def _check_header(self, feature_dim: int, meta: dict) -> None:
@@ -214,6 +229,7 @@ class _WriterBase:
         feats = validate_features(key, regions, boxes, self.feature_dim)
         self._put(name, feats)
         self._done.add(key)
+        faults.point("features.after_image")
 
     def close(self, commit: bool = True) -> None:
         """Finish the file; with ``commit`` rename ``.partial`` to the final path.
@@ -224,6 +240,7 @@ class _WriterBase:
         """
         if self._close():
             if commit or self._restore:
+                faults.point("features.before_commit")
                 if self.path.is_dir():  # os.replace cannot replace a non-empty directory
                     _remove(self.path)
                 os.replace(self.partial, self.path)

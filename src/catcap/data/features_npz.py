@@ -6,6 +6,7 @@ See :mod:`catcap.data.features` for the layout.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,15 @@ class NpzDirFeatureStore(_StoreBase):
         """``ImageFeatures`` of one image; FeatureStoreError names the image if its values are bad."""
         if key not in self:
             raise _missing(key, self.path)
-        with np.load(self.path / f"{escape_key(key)}.npz", allow_pickle=False) as z:
-            boxes = z["boxes"] if "boxes" in z.files else None
-            return validate_features(key, z["regions"], boxes, self.feature_dim)
+        path = self.path / f"{escape_key(key)}.npz"
+        try:  # an .npz is a zip: every member carries a CRC-32 that reading checks
+            with np.load(path, allow_pickle=False) as z:
+                boxes = z["boxes"] if "boxes" in z.files else None
+                regions = z["regions"]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            raise FeatureStoreError(f"{path}: image {key!r} cannot be read ({err}); the file is damaged "
+                                    "(a copy cut short or a bit flip?): copy or extract it again") from None
+        return validate_features(key, regions, boxes, self.feature_dim)
 
     def close(self) -> None:
         pass
@@ -48,7 +55,11 @@ def _read_meta_json(path: Path) -> tuple[int, dict]:
     if not (path / "meta.json").is_file():
         raise FeatureStoreError(f"{path} is not a catcap npz feature directory: expected "
                                 f"{path / 'meta.json'}; write it with NpzDirFeatureWriter")
-    head = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    try:
+        head = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FeatureStoreError(f"{path / 'meta.json'}: not readable JSON ({err}); the feature directory is "
+                                "damaged: copy or write it again") from None
     if not isinstance(head, dict) or head.get("format") != NPZ_FORMAT:
         found = head.get("format") if isinstance(head, dict) else type(head).__name__
         raise FeatureStoreError(f"{path / 'meta.json'}: expected format {NPZ_FORMAT!r}, found {found!r}")

@@ -73,9 +73,24 @@ def crop_box(width: int, height: int, input_size: int) -> tuple[float, float, fl
     return float((width - side + 1) // 2), float((height - side + 1) // 2), float(side)
 
 
+def to_rgb(image: Image.Image) -> Image.Image:
+    """8-bit RGB of any PIL image. 16-bit and 32-bit grey (PNG ``I;16``, ``I``) are scaled to 8 bits
+    first: PIL's own ``convert("RGB")`` clips them at 255, which turns a 16-bit photo white."""
+    if image.mode.startswith("I;16") or image.mode == "I":
+        values = np.asarray(image, dtype=np.float64)
+        if image.mode.startswith("I;16") or values.max(initial=0) > 255:
+            values = values / 257.0  # 0..65535 -> 0..255
+        image = Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), "L")
+    elif image.mode == "F":
+        values = np.asarray(image, dtype=np.float64)
+        scale = 255.0 if values.max(initial=0) <= 1.0 else 1.0  # 0..1 floats or 0..255
+        image = Image.fromarray(np.clip(np.rint(values * scale), 0, 255).astype(np.uint8), "L")
+    return image.convert("RGB")
+
+
 def preprocess_image(image: Image.Image, input_size: int) -> torch.Tensor:
     """PIL image -> (3, S, S) float32: center crop, bicubic resize, (x - 127) / 128."""
-    image = image.convert("RGB")
+    image = to_rgb(image)
     x0, y0, side = crop_box(image.width, image.height, input_size)
     image = image.resize((input_size, input_size), Image.BICUBIC,
                          box=(x0, y0, x0 + side, y0 + side))

@@ -30,6 +30,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 import torch
 from PIL import Image
 
+from catcap import faults
 from catcap.atomic import write_text_atomic
 from catcap.features.efficientnet import ImageEncoder, _spec, preprocess_image
 from catcap.features.onnx_backend import make_encoder
@@ -256,6 +257,7 @@ def _extract_into(writer, enc, paths: list[Path], names: list[str], result: Extr
                     for row, (j, width, height) in enumerate(ok):
                         writer.write(names[j], grid[row], enc.boxes(width, height))
                     result.extracted += len(ok)
+                    faults.point("extract.after_batch")
                 if bad:
                     bar.set_postfix(errors=len(result.errors), refresh=False)
                 bar.update(len(ok) + len(bad))

@@ -133,6 +133,10 @@ def match_results(results: Mapping[ImageId, str], references: Mapping[ImageId, l
             f"results have captions for {len(missing)} image(s) that the references do not contain: "
             f"{_preview(missing)}{hint}; evaluate against the references of the same split"
         )
+    empty = [k for k in results if not references[k]]
+    if empty:
+        raise MetricInputError(f"every image needs at least one reference caption; none for {_preview(empty)}: "
+                               "drop those images from the results or fix the references")
     return list(results)
 
 
@@ -142,3 +146,15 @@ def load_results(path: str | Path) -> dict[ImageId, str]:
 
 def load_references(path: str | Path, split: str | None = None) -> dict[ImageId, list[str]]:
     return parse_references(read_json(path, "references"), split, source=str(path))
+
+
+def load_result_pair(path_a: str | Path, path_b: str | Path, purpose: str) -> tuple[dict, dict]:
+    """Two systems' result files on the same images -> (results A, results B in A's order); a
+    clear error when they caption different images (``purpose``: what needs them paired)."""
+    res_a, res_b = load_results(path_a), load_results(path_b)
+    if set(res_a) != set(res_b):
+        raise MetricInputError(
+            f"{path_a} and {path_b} caption different images ({len(set(res_a) - set(res_b))} only in the first, "
+            f"{len(set(res_b) - set(res_a))} only in the second); {purpose} needs both systems on the same images "
+            "(caption the same split with both)")
+    return res_a, {k: res_b[k] for k in res_a}

@@ -129,6 +129,7 @@ class VLPRegions(nn.Module):
 
     keeps_all_levels = False
     embeds_region_terms = True
+    uses_layers = False  # model.encoder_layers is not read: the shared layers are the decoder's
 
     def __init__(self, feature_dim: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, dropout: float,
                  memory_slots: int = 0, region_geometry: bool = False, region_classes: str | None = None):

@@ -11,19 +11,30 @@ A checkpoint is a directory:
 
 It is written into a temporary sibling directory and renamed into place, so a run killed
 at any moment leaves either the previous checkpoint or the new one, never half of one.
+
+config.json, written last, records the sha256 of every other file (``"sha256": {file: hex}``)
+and of its own content (``"content"``: the canonical JSON of format, config, features and
+workdir); :func:`load_checkpoint` checks each file it reads against them and refuses a damaged
+one with a :class:`CheckpointError` naming it. A checkpoint written before the hashes existed
+(no ``"sha256"``) loads without the check. Fault points ``checkpoint.*`` (``catcap.faults``) sit
+between the writes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_tensor_bytes
+from safetensors.torch import save_file
 
+from catcap import faults
 from catcap.atomic import NEW_FILE_MODE, fsync_file
 from catcap.folders import building_folder, restore_aside
 
@@ -71,17 +82,55 @@ def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: di
     ``workdir``: the folder the run's relative data paths are relative to (its working folder)."""
     directory = Path(directory)
     with building_folder(directory) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
-        _write_json(tmp / "config.json", {"format": FORMAT, "config": config, "features": features or {},
-                                          "workdir": workdir})
+        _save_tensors({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
+        faults.point("checkpoint.after_weights")
         _write_json(tmp / "vocab.json", vocab)
+        faults.point("checkpoint.after_vocab")
         if trainer is not None:
             tensors: dict[str, torch.Tensor] = {}
             skeleton = flatten_tensors(trainer, "trainer", tensors)
-            save_file(tensors, str(tmp / "trainer.safetensors"))
+            _save_tensors(tensors, tmp / "trainer.safetensors")
             _write_json(tmp / "trainer.json", skeleton)
+        faults.point("checkpoint.after_trainer")
+        meta = json.loads(json.dumps({"format": FORMAT, "config": config, "features": features or {},
+                                      "workdir": workdir}))  # as it will read back (tuples -> lists, ...)
+        meta["sha256"] = {f.name: _sha256_file(f) for f in sorted(tmp.iterdir())}
+        meta["sha256"]["content"] = _content_sha256(meta)
+        _write_json(tmp / "config.json", meta)
+        faults.point("checkpoint.after_config")
         _publish(tmp)
+        faults.point("checkpoint.before_rename")
     return directory
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' save_file, its I/O failures (a full disk, a file size limit) raised as the
+    OSError they are: safetensors wraps them in a SafetensorError that no caller would expect."""
+    try:
+        save_file(tensors, str(path))
+    except SafetensorError as err:
+        found = re.search(r"\(os error (\d+)\)", str(err))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
+HASHED_META = ("format", "config", "features", "workdir")
+
+
+def _content_sha256(meta: dict) -> str:
+    """sha256 of config.json's own content (canonical JSON of :data:`HASHED_META`)."""
+    part = {k: meta.get(k) for k in HASHED_META}
+    return hashlib.sha256(json.dumps(part, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _publish(tmp: Path) -> None:
@@ -130,36 +179,71 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     if not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"{directory}/config.json: expected the experiment config under \"config\", found "
                               f"{type(meta.get('config')).__name__}; the checkpoint is damaged: save it again")
-    out = {"weights": _read_tensors(directory / "model.safetensors"), "config": meta["config"],
-           "vocab": _read_json(directory / "vocab.json"),
+    hashes = _hashes(directory, meta)
+    out = {"weights": _read_tensors(directory / "model.safetensors", hashes), "config": meta["config"],
+           "vocab": _read_json(directory / "vocab.json", hashes),
            "features": meta.get("features") or {}, "workdir": meta.get("workdir")}
     if with_trainer:
-        out["trainer"] = load_trainer_state(directory)
+        out["trainer"] = load_trainer_state(directory, hashes)
     return out
 
 
-def load_trainer_state(directory: str | Path) -> dict:
+def _hashes(directory: Path, meta: dict) -> dict | None:
+    """config.json's recorded sha256 per file (None for a checkpoint written before them),
+    after checking config.json's own content against its ``content`` hash."""
+    hashes = meta.get("sha256")
+    if hashes is None:
+        return None
+    if not isinstance(hashes, dict) or hashes.get("content") != _content_sha256(meta):
+        raise CheckpointError(f"{directory / 'config.json'}: its content does not match the sha256 it records; "
+                              "the file is damaged or was edited by hand: use another checkpoint or a good copy")
+    return hashes
+
+
+def load_trainer_state(directory: str | Path, hashes: dict | None = None) -> dict:
     """The trainer part of a checkpoint alone (optimizer, position, RNG, AWC betas), without
-    reading the model weights; the files must exist (:func:`load_checkpoint` checks them)."""
+    reading the model weights; the files must exist (:func:`load_checkpoint` checks them).
+    ``hashes``: config.json's (read from it when not given)."""
     directory = Path(directory)
-    tensors = _read_tensors(directory / "trainer.safetensors")
-    return unflatten_tensors(_read_json(directory / "trainer.json"), tensors)
+    if hashes is None and (directory / "config.json").is_file():
+        meta = _read_json(directory / "config.json")
+        hashes = _hashes(directory, meta) if isinstance(meta, dict) else None
+    tensors = _read_tensors(directory / "trainer.safetensors", hashes)
+    return unflatten_tensors(_read_json(directory / "trainer.json", hashes), tensors)
 
 
-def _read_json(path: Path):
-    """A checkpoint's JSON file; CheckpointError naming the file when it is not readable JSON."""
+def _check_sha256(path: Path, data: bytes, hashes: dict | None) -> None:
+    """Refuse a checkpoint file whose bytes do not match its recorded sha256 (when there is one);
+    checked after parsing, so a file cut short is still called that."""
+    expected = (hashes or {}).get(path.name)
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        raise CheckpointError(f"{path}: its content does not match the sha256 recorded in "
+                              f"{path.parent / 'config.json'}; the checkpoint is damaged (a bit flip, a copy cut "
+                              "short or an edit): use another checkpoint or a good copy")
+
+
+def _read_json(path: Path, hashes: dict | None = None):
+    """A checkpoint's JSON file; CheckpointError naming the file when it is not readable JSON
+    or not the file that was saved."""
+    data = path.read_bytes()
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{path}: not readable JSON ({err}); the checkpoint is damaged (a copy cut short?): "
                               "save it again or use another checkpoint") from None
+    _check_sha256(path, data, hashes)
+    return value
 
 
-def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """A checkpoint's safetensors file; CheckpointError naming the file when it is truncated or
-    otherwise not a safetensors file (safetensors' own error says neither)."""
+def _read_tensors(path: Path, hashes: dict | None = None) -> dict[str, torch.Tensor]:
+    """A checkpoint's safetensors file; CheckpointError naming the file when it is truncated,
+    otherwise not a safetensors file (safetensors' own error says neither), or not the file
+    that was saved."""
+    data = path.read_bytes()
     try:
-        return load_file(str(path))
-    except SafetensorError as err:
+        tensors = load_tensor_bytes(data)
+    except (SafetensorError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"{path}: not a complete safetensors file ({err}); the checkpoint is damaged "
                               "(a copy cut short?): save it again or use another checkpoint") from None
+    _check_sha256(path, data, hashes)
+    return tensors

@@ -23,7 +23,6 @@ so one step equals a one-process step on the whole batch.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import defaultdict
@@ -36,10 +35,12 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
+from catcap import faults
 from catcap.config import to_dict
 from catcap.data.collate import collate_captions, collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
+from catcap.folders import restore_aside
 from catcap.models.linear import cpu_gemm_backend
 from catcap.progress import progress_bar
 from catcap.training import runlog
@@ -124,6 +125,8 @@ class Trainer:
             raise ValueError(f"{self.dist.world} processes x train.accumulate={cfg.train.accumulate} micro-batches "
                              f"is more than train.batch_size={cfg.train.batch_size} captions: every micro-batch needs "
                              "one; raise train.batch_size or lower train.accumulate / the process count")
+        if resume:  # a kill between the two renames of a save leaves "last" aside: put it back first
+            restore_aside(self.out / "last")
         resumed = load_checkpoint(self.out / "last", with_trainer=True) if resume and (self.out / "last").exists() else None
         start = resumed or (load_checkpoint(cfg.train.init_from) if cfg.train.init_from else None)
         if resumed:
@@ -239,9 +242,7 @@ class Trainer:
     def _log_json(self, record: dict) -> None:
         if not self.dist.is_main:
             return
-        self.out.mkdir(parents=True, exist_ok=True)
-        with open(self.out / runlog.LOG_NAME, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        runlog.append(self.out, record)
 
     def train_step(self, batch) -> dict:
         """One optimizer step on a batch or a list of micro-batches (XE: caption batches, SCST:
@@ -437,6 +438,7 @@ class Trainer:
             pos.phase, pos.stale_epochs = "scst", 0
             self.optimizer = self._make_optimizer()
             self.engine = self._wrap()
+            faults.point("train.scst_switch")
             self.log(f"[catcap] XE validation CIDEr-D has not improved for {t.scst.switch_patience} epochs: "
                      f"switching to SCST from the best XE weights (epoch {pos.best_epoch}, CIDEr-D {pos.best_cider:.3f})")
         elif pos.phase == "scst" and pos.stale_epochs >= t.scst.patience:

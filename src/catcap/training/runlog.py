@@ -11,6 +11,9 @@ for its start weights.
 - A **resumed run** continues the log from its checkpoint: the records the interrupted run
   wrote after that checkpoint (training it redoes) are dropped, so every step appears once
   and the log of a killed-and-resumed run equals that of an uninterrupted one.
+- Records are appended by :func:`append`; a kill can cut the last line short, so readers skip
+  a last line that is not JSON (:func:`rewind` drops it, ``catcap plot-log`` ignores it).
+  Fault points ``runlog.mid_line`` and ``runlog.after_append`` (``catcap.faults``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import time
 from pathlib import Path
 
+from catcap import faults
 from catcap.atomic import write_text_atomic
 
 LOG_NAME = "log.jsonl"
@@ -37,6 +41,20 @@ def set_aside(out_dir: Path) -> Path | None:
         target = out_dir / f"log.{stamp}-{n}.jsonl"
     log.rename(target)
     return target
+
+
+def append(out_dir: Path, record: dict) -> None:
+    """Append one record to ``out_dir/log.jsonl`` (one line, flushed when the file closes)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record) + "\n"
+    with open(out_dir / LOG_NAME, "a", encoding="utf-8") as f:
+        if faults.armed("runlog.mid_line"):  # only in the tests: a line torn by a kill
+            f.write(line[: len(line) // 2])
+            f.flush()
+            faults.point("runlog.mid_line")
+            line = line[len(line) // 2:]
+        f.write(line)
+    faults.point("runlog.after_append")
 
 
 def rewind(out_dir: Path, step: int, epoch: int) -> int:

@@ -20,10 +20,15 @@ SCST_PANELS = (("reward", "baseline", "greedy_reward"), ("advantage_std",), ("en
 def read_log(path: str | Path) -> tuple[list[dict], list[dict]]:
     """(train records, validation records) of a ``log.jsonl``."""
     train, val = [], []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
+    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        try:
             record = json.loads(line)
-            (val if record.get("kind") == "val" else train).append(record)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # a line cut short by a kill (catcap.training.runlog): not written yet
+                continue
+            raise ValueError(f"{path}, line {i + 1}: not a JSON record; the log is damaged") from None
+        (val if record.get("kind") == "val" else train).append(record)
     return train, val
 
 

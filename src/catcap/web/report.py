@@ -25,7 +25,7 @@ from catcap.atomic import write_text_atomic
 from catcap.metrics.bootstrap import Comparison, paired_bootstrap
 from catcap.metrics.errors import MetricInputError
 from catcap.metrics.evaluate import NAMES, evaluate_captions, parse_metrics
-from catcap.metrics.files import load_references, load_results
+from catcap.metrics.files import load_references, load_result_pair
 from catcap.web.images import data_uri, find_images, jpeg_thumbnail
 from catcap.web.report_assets import REPORT_CSS, REPORT_JS
 
@@ -71,17 +71,12 @@ def load_pair(a: str | Path, b: str | Path, refs: str | Path, split: str | None)
     """(references, results A, results B aligned to A's order); both systems must caption the
     same images, all of which the references contain."""
     references = load_references(refs, split)
-    res_a, res_b = load_results(a), load_results(b)
-    if set(res_a) != set(res_b):
-        raise MetricInputError(
-            f"{a} and {b} caption different images ({len(set(res_a) - set(res_b))} only in the first, "
-            f"{len(set(res_b) - set(res_a))} only in the second); a side-by-side report needs both systems "
-            "on the same images (caption the same split with both)")
+    res_a, res_b = load_result_pair(a, b, "a side-by-side report")
     missing = [k for k in res_a if k not in references]
     if missing:
         raise MetricInputError(f"{len(missing)} captioned image(s) are not in the references {refs} "
                                f"(e.g. {missing[:3]}); use the references (and --split) the results were made for")
-    return references, res_a, {k: res_b[k] for k in res_a}
+    return references, res_a, res_b
 
 
 def image_sources(ids: list, refs: str | Path, images_dir: str | Path, *, link: bool, out: str | Path | None,

@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
+from catcap import faults
+
 CHOICES = ("A", "B", "none", "skip")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS votes (
@@ -84,10 +86,12 @@ class VoteStore:
                     "INSERT INTO votes (rater, item, criterion, choice, shown_left, at) VALUES (?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (rater, item, criterion) DO UPDATE SET choice = excluded.choice, "
                     "shown_left = excluded.shown_left, at = excluded.at", rows)
+                faults.point("human_eval.before_commit")
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+        faults.point("human_eval.after_commit")
 
     def answers(self, rater: str) -> dict[int, dict[str, str]]:
         """{item: {criterion: choice}} of one rater."""
