@@ -330,3 +330,18 @@ def test_the_help_examples_are_commands_the_parser_accepts():
     assert len(commands) == 3
     for argv in commands:
         assert parse_example(argv).command == "serve"
+
+
+def test_a_16_bit_grey_png_is_scaled_to_8_bits_not_clipped_white():
+    """The upload path decodes like `catcap extract` (efficientnet.to_rgb): a 16-bit grey value v
+    becomes v / 257 (65535 -> 255), where PIL's own convert("RGB") clips everything >= 255."""
+    from PIL import Image
+
+    from catcap.web.serve_limits import decode_image
+
+    values = np.array([[0, 257 * 100], [257 * 200, 65535]], dtype=np.uint16)
+    buf = io.BytesIO()
+    Image.fromarray(values).save(buf, format="PNG")
+    rgb = np.asarray(decode_image(Image.open(io.BytesIO(buf.getvalue())), "grey16.png"))
+    np.testing.assert_array_equal(rgb[..., 0], [[0, 100], [200, 255]])
+    assert (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 1] == rgb[..., 2]).all()

@@ -168,7 +168,9 @@ def decode_image(image, filename: str | None = None):
     name = f"the file {filename}" if filename else "the upload"
     try:
         image.load()
-        return image.convert("RGB")
+        from catcap.features.efficientnet import to_rgb
+
+        return to_rgb(image)  # as catcap extract / caption: 16-bit grey is scaled to 8 bits, not clipped
     except (OSError, ValueError, SyntaxError) as err:  # Pillow: "image file is truncated", broken data
         raise UploadError(400, "broken_image", f"a complete {image.format} image",
                           f"{name} could not be decoded: {err}",
