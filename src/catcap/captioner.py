@@ -267,5 +267,6 @@ def images_to_features(encoder, images, device: torch.device, model_cfg=None) ->
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot read image {item}: {err}") from None
     grid, _ = encoder(torch.stack(batch).to(device))
-    size = encoder.input_size  # normalised cell boxes do not depend on the photo's size
-    return [grid_geometry_rows(g.float().cpu().numpy(), encoder.boxes(size, size), model_cfg) for g in grid]
+    size = encoder.input_size  # normalised cell boxes do not depend on the photo's size: one set for all
+    boxes = encoder.boxes(size, size)
+    return [grid_geometry_rows(g.float().cpu().numpy(), boxes, model_cfg) for g in grid]
