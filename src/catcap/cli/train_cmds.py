@@ -114,7 +114,7 @@ example:
 
 CAPTION_HELP = """\
 Caption images with a trained model. Without --checkpoint, the model bundled with catcap
-(zoo/flickr8k-cat, `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
+(zoo/flickr8k-cat, else the zoo's first, today flickr8k-vlp: `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
 stderr. A folder stands for its image files (sorted by name). A model trained on features
 from `catcap extract` captions photo files directly: the checkpoint records the image encoder
 and its preprocessing, and the photos go through exactly that. For other models (e.g. the
