@@ -33,8 +33,10 @@ def evaluate(
     log: Callable[[str], None] | None = None,
 ) -> Evaluation:
     """Score a COCO result file against COCO annotations or a Karpathy split file."""
-    refs = load_references(references, split)  # validate both files before any work
-    res = load_results(results)
+    from catcap.metrics.refs_cache import load_wanted_references
+
+    res = load_results(results)  # validate both files before any work
+    refs = load_wanted_references(references, split, list(res))
     return evaluate_captions(res, refs, metrics, corenlp_dir=corenlp_dir, log=log)
 
 
@@ -166,61 +168,57 @@ def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: st
     otherwise items are keys of a feature store or image paths whose stem is the key (e.g.
     ``runs/demo/world/images/12.png``). A folder stands for its image files (sorted by name). An
     item that names an image file (a path or an image suffix) that does not exist, or a folder
-    without images, is an error before anything runs. Returns [(item, caption)]."""
-    from catcap.captioner import Captioner
-    from catcap.data.features import check_features, open_feature_store
+    without images, is an error before anything runs; an image that cannot be read is an error
+    too (:func:`caption_stream` reports it and goes on). Returns [(item, caption)]."""
+    job = prepare_caption(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo)
+    try:
+        out = []
+        for c in caption_stream(job, progress=False):
+            if c.error is not None:
+                raise ValueError(f"cannot read image {c.image}: {c.error}")
+            out.append((c.image, c.caption))
+        return out
+    finally:
+        job.close()
 
-    _check_beam(beam)
-    items = expand_image_folders(items)
-    if checkpoint is None:
-        checkpoint = bundled_model(zoo).path
-    cap = Captioner.from_pretrained(checkpoint, device=device, zoo=zoo)
-    from_pixels = cap.reads_pixels and features is None
-    _check_caption_items(items, must_exist=from_pixels)
-    files = [i for i in items if from_pixels and Path(i).is_file()]
-    texts = {}
-    for i in range(0, len(files), 16):
-        texts.update(zip(files[i:i + 16], cap.generate(images=files[i:i + 16], num_beams=beam, max_length=max_len)))
-    rest = [i for i in items if i not in texts]
-    if rest:
-        store = cap.reading(open_feature_store(features or cap.data_file("features")))
-        keys = [Path(item).stem for item in rest]
-        check_features(store, keys, cap.config.model.input_dim)
-        texts.update(zip(rest, cap.generate([store.get(k).regions for k in keys], num_beams=beam, max_length=max_len)))
-    return [(item, texts[item]) for item in items]
+
+def prepare_caption(checkpoint: str | Path | None, items: Sequence[str], *, features: str | None = None,
+                    beam: int = 3, max_len: int = 20, device: str = "auto", zoo: str | Path | None = None,
+                    shard=None):
+    """The captioner loaded and ``items`` checked, ready to caption (a ``catcap.caption_run.
+    CaptionJob``; arguments as :func:`caption`); ``shard`` (a ``catcap.sharding.Shard``) keeps
+    its block of the expanded items."""
+    from catcap.caption_run import prepare
+
+    take = None if shard is None or shard.whole else shard.take
+    return prepare(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo,
+                   take=take)
+
+
+def caption_stream(job, *, progress: bool = True, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
+                   threads: int | None = None):
+    """Each item's ``catcap.pipeline.Caption`` (image, caption or None, error) in input order, as
+    the pipeline finishes each batch (reading, encoding and decoding overlap: docs/pipeline.md)."""
+    from catcap.caption_run import caption_stream as run
+
+    return run(job, progress=progress, batch_size=batch_size, workers=workers, pipelined=pipelined, threads=threads)
+
+
+def caption_to_file(job, out: str | Path, *, restart: bool = False, batch_size: int = 16, workers: int = 2,
+                    progress: bool = True, log=None):
+    """Write ``job``'s captions to the JSON Lines file ``out``, incrementally and resumable
+    (``catcap.caption_file``); returns a ``catcap.caption_run.FileResult``."""
+    from catcap.caption_run import caption_to_file as run
+
+    return run(job, out, restart=restart, batch_size=batch_size, workers=workers, progress=progress,
+               log=log or (lambda _: None))
 
 
 def expand_image_folders(items: Sequence[str]) -> list[str]:
-    """Each folder among ``items`` replaced by its image files (by suffix, sorted by name; not
-    recursive); a folder without any is an error naming it. Other items stay as they are."""
-    from catcap.features.extract import IMAGE_SUFFIXES
+    """Each folder among ``items`` replaced by its image files (sorted by name; not recursive)."""
+    from catcap.caption_run import expand_image_folders as expand
 
-    out = []
-    for item in items:
-        path = Path(item)
-        if not path.is_dir():
-            out.append(str(item))
-            continue
-        found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-        if not found:
-            raise ValueError(f"{item} is a folder with no image files ({', '.join(IMAGE_SUFFIXES)}); pass image "
-                             "files, a folder of them, or feature-store keys")
-        out.extend(str(p) for p in found)
-    return out
-
-
-def _check_caption_items(items: Sequence[str], must_exist: bool) -> None:
-    """With ``must_exist`` (a model that reads pixels), an item that looks like an image path (an
-    image suffix or a folder part) must be an existing file (folders are expanded before)."""
-    from catcap.features.extract import IMAGE_SUFFIXES
-
-    if not items:
-        raise ValueError("expected at least one image file or feature-store key, got none")
-    for item in items:
-        path = Path(item)
-        looks_like_file = path.suffix.lower() in IMAGE_SUFFIXES or len(path.parts) > 1
-        if must_exist and looks_like_file and not path.is_file():
-            raise FileNotFoundError(f"image file not found: {item}; check the path (the name is case-sensitive)")
+    return expand(items)
 
 
 def bundled_model(zoo: str | Path | None = None):
@@ -337,19 +335,28 @@ def prepare(dataset: str | Path, out_dir: str | Path, *, min_count: int = 5, max
 def extract(images, out: str | Path, *, encoder: str = "efficientnet-lite0", backend: str = "torch",
             dataset: str | Path | None = None, batch_size: int = 32,
             workers: int = 2, limit: int | None = None, restart: bool = False, progress: bool = True,
-            log=None):
+            shard: str | None = None, keep_parts: bool = False, log=None):
     """Image features (EfficientNet-Lite grid) of a folder or list of images into the HDF5 store
     ``out``; continues an existing ``out`` unless ``restart``. ``backend``: ``torch`` or ``onnx``
     (ONNX Runtime). With ``dataset`` (a Karpathy-format JSON), ``images`` is the folder of its
     files: exactly the dataset's images are extracted, keyed by image id as ``catcap train``
-    expects. Returns an ``ExtractResult``."""
+    expects. ``shard`` ``"I/N"`` (else torchrun's rank, else the whole job; :mod:`catcap.sharding`)
+    extracts one block into a part of ``out``; under torchrun rank 0 then merges the parts
+    (:func:`catcap.merge.finish_sharded`, removing them unless ``keep_parts``). Returns an
+    ``ExtractResult`` (``out``: the part a shard wrote; ``merged``: the MergeResult on rank 0)."""
     from catcap.features.extract import dataset_images, extract_features
+    from catcap.merge import finish_sharded
+    from catcap.sharding import resolve_shard
 
+    which = resolve_shard(shard)
     keys = None
     if dataset is not None:
         images, keys = dataset_images(dataset, images)
-    return extract_features(images, out, encoder, backend=backend, keys=keys, batch_size=batch_size, workers=workers,
-                            resume=not restart, overwrite=restart, limit=limit, progress=progress, log=log)
+    res = extract_features(images, out, encoder, backend=backend, keys=keys, batch_size=batch_size, workers=workers,
+                           resume=not restart, overwrite=restart, limit=limit, progress=progress, shard=which,
+                           log=log)
+    res.merged = finish_sharded(out, which, replace=restart, keep_parts=keep_parts, log=log)
+    return res
 
 
 def vqa_train(cfg, log=print):

@@ -253,7 +253,6 @@ def images_to_features(encoder, images, device: torch.device, model_cfg=None) ->
     """Raw images (paths or PIL images) -> per-image grid features (H*W, C) from ``encoder``,
     preprocessed as ``catcap extract`` does; with the cells' geometry columns appended when
     ``model_cfg`` (a ModelConfig) has ``region_geometry`` (catcap.data.geometry)."""
-    from catcap.data.geometry import grid_geometry_rows
     from PIL import Image
 
     batch = []
@@ -266,7 +265,17 @@ def images_to_features(encoder, images, device: torch.device, model_cfg=None) ->
                 batch.append(encoder.preprocess(im))
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot read image {item}: {err}") from None
-    grid, _ = encoder(torch.stack(batch).to(device))
+    return grid_features(encoder, torch.stack(batch), device, model_cfg)
+
+
+@torch.no_grad()
+def grid_features(encoder, pixels: torch.Tensor, device: torch.device, model_cfg=None) -> list[np.ndarray]:
+    """Preprocessed pixels (B, 3, S, S) -> per-image grid rows (H*W, C), plus the cells'
+    geometry columns when ``model_cfg`` has ``region_geometry`` (shared by ``generate(images=)``
+    and the pipeline of :mod:`catcap.pipeline`)."""
+    from catcap.data.geometry import grid_geometry_rows
+
+    grid, _ = encoder(pixels.to(device))
     size = encoder.input_size  # normalised cell boxes do not depend on the photo's size: one set for all
     boxes = encoder.boxes(size, size)
     return [grid_geometry_rows(g.float().cpu().numpy(), boxes, model_cfg) for g in grid]

@@ -5,6 +5,7 @@ each other."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from catcap.atomic import write_json_atomic
@@ -41,27 +42,58 @@ def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch
 def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: int = 5, max_len: int = 20,
                         metrics=None, dataset: str | None = None, features: str | None = None,
                         save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
-                        device: str = "auto", progress: bool = True):
+                        device: str = "auto", progress: bool = True, shard=None, dtype=None):
     """Caption a split with a trained model and score it like a COCO result file.
 
     Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
-    ``device``: auto | cpu | cuda.
+    ``device``: auto | cpu | cuda. ``dtype`` (fp32 | bf16 | fp16, default fp32): the weights'
+    dtype while decoding (:meth:`Captioner.from_pretrained`; bf16 is the fast one on CPUs with
+    bf16 instructions, docs/distributed.md). ``shard`` (a :class:`~catcap.sharding.Shard` or ``"I/N"``;
+    None: the whole split; the CLI passes torchrun's rank, :func:`~catcap.sharding.resolve_shard`) captions one contiguous block of the split into the part
+    :func:`~catcap.sharding.part_path` of ``save_results`` (then required). Scores need every
+    caption: under torchrun rank 0 merges the parts into ``save_results`` and scores them (the
+    other ranks return ``(None, their results)``); with ``--shard`` every shard returns
+    ``(None, results)`` and the parts are joined by ``catcap merge`` and scored by
+    ``catcap evaluate --results``.
     """
     from catcap.captioner import Captioner
     from catcap.data.datasets import validate_dataset
     from catcap.data.features import open_feature_store
     from catcap.data.karpathy import load_karpathy
+    from catcap.sharding import Shard, parse_shard, part_path
 
     check_beam(beam)
-    cap = Captioner.from_pretrained(checkpoint, device=device)
+    which = shard if isinstance(shard, Shard) else parse_shard(shard) if shard else Shard()
+    if not which.whole and not save_results:
+        raise ValueError(f"a sharded evaluation (shard {which}) needs --save-results RESULTS.json: each shard "
+                         "writes its part of the captions there, and the scores come from the merged file")
+    cap = Captioner.from_pretrained(checkpoint, device=device, dtype=dtype)
     dataset = dataset or cap.data_file("dataset")
     features = features or cap.data_file("features")
     records = load_karpathy(dataset, [split])[split]
     store = cap.reading(open_feature_store(features))
-    validate_dataset(records, store, cap.config.model.input_dim)
-    results = _decode_records(cap, records, store, beam=beam, max_len=max_len, progress=progress)
+    mine = which.take(records)
+    validate_dataset(mine, store, cap.config.model.input_dim)
+    results = _decode_records(cap, mine, store, beam=beam, max_len=max_len, progress=progress)
     if save_results:
-        write_json_atomic(save_results, results)
+        write_json_atomic(part_path(save_results, which), results)
+    if not which.whole:
+        if not _merged(save_results, which, dataset, split, log):
+            return None, results
+        results = json.loads(Path(save_results).read_text(encoding="utf-8"))
     refs = {r.image_id: r.raw for r in records}
     ev = evaluate_captions({r["image_id"]: r["caption"] for r in results}, refs, metrics, corenlp_dir=corenlp_dir, log=log)
     return ev, results
+
+
+def _merged(save_results, shard, dataset, split: str, log) -> bool:
+    """After a shard's part is written: True on the rank that merged every part (rank 0 under
+    torchrun); else False, after saying how the parts are joined and scored."""
+    from catcap.merge import finish_sharded
+    from catcap.sharding import torchrun_shard
+
+    if finish_sharded(save_results, shard, log=log) is not None:
+        return True
+    if log and torchrun_shard() is None:
+        log(f"then score them: catcap evaluate --results {save_results} --refs {dataset} --split {split}")
+    return False

@@ -49,6 +49,8 @@ POINTS = {
     "features.before_commit": "<store>.partial closed, not yet renamed to <store>",
     # features/extract.py
     "extract.after_batch": "one batch of images encoded and written",
+    # caption_file.py: catcap caption --out, one batch of JSON Lines appended to <out>.partial
+    "caption.after_batch": "one batch of captions appended and flushed to <out>.partial",
     # web/human_eval/store.py: one rater's answer for one image, one SQLite transaction
     "human_eval.before_commit": "a vote's rows inserted, the transaction not committed",
     "human_eval.after_commit": "a vote committed",

@@ -36,6 +36,13 @@ An interrupted run is continued by running the same command again (images alread
 skipped). Unreadable images are skipped and listed in OUT.errors.txt; the run never stops on them
 (but if not one image can be read, nothing is written and the command fails).
 
+Many processes, many machines: --shard I/N extracts block I of N (counting from 0) of the
+selected images into a part next to --out (feats.h5 -> feats.part-000-of-004.h5, itself resumable);
+once every shard is done, catcap merge feats.h5 joins the parts into the store one process would
+have written (the same file, byte for byte) and removes them. Under torchrun each rank takes its
+shard by itself and rank 0 merges automatically when all are done (docs/distributed.md; set
+OMP_NUM_THREADS to the cores per process).
+
 examples:
   # the Flickr8k recipe's features (keyed by image id, as catcap train expects)
   catcap extract --images ../shared/data/flickr8k/images \\
@@ -45,6 +52,9 @@ examples:
                  --dataset data/flickr8k/dataset_flickr8k.json --out data/flickr8k/lite0.h5
   # a folder of your own photos, keyed by file name (a quick look at the first 100)
   catcap extract --encoder efficientnet-lite2 --images photos/ --out photos_lite2.h5 --limit 100
+  # a large folder in 4 pieces (run each anywhere the folder is), then join them
+  catcap extract --images photos/ --out photos.h5 --shard 0/4
+  catcap merge photos.h5
 """
 
 
@@ -69,6 +79,11 @@ def register(sub) -> None:
                           "the dataset file's order")
     ext.add_argument("--restart", action="store_true",
                      help="replace --out instead of continuing it (default: continue, skipping done images)")
+    ext.add_argument("--shard", metavar="I/N",
+                     help="extract only block I of N (0 <= I < N) into OUT's part OUT.part-III-of-NNN.h5; join the "
+                          "parts with catcap merge OUT (under torchrun: automatic, each rank its block)")
+    ext.add_argument("--keep-parts", action="store_true",
+                     help="under torchrun: keep the parts after rank 0 merged them (default: removed)")
     ext.add_argument("--quiet", action="store_true", help="no progress bar")
     ext.set_defaults(func=cmd_extract)
 
@@ -90,10 +105,12 @@ def cmd_extract(args) -> int:
     try:
         res = api.extract(args.images, args.out, encoder=args.encoder, backend=args.backend, dataset=args.dataset, batch_size=args.batch_size,
                           workers=args.workers, limit=args.limit, restart=args.restart, progress=not args.quiet,
-                          log=lambda m: print(m, file=sys.stderr))
+                          shard=args.shard, keep_parts=args.keep_parts, log=lambda m: print(m, file=sys.stderr))
     except (FileNotFoundError, FileExistsError, ValueError) as err:  # bad input: a message, not a traceback
         print(f"catcap extract: error: {err}", file=sys.stderr)
         return 2
     print(f"{res.out}: {res.extracted} images extracted ({res.images_per_second:.1f} images/s), "
           f"{res.skipped} already there, {len(res.errors)} unreadable")
+    if res.merged is not None:
+        print(f"{res.merged.out}: merged from {len(res.merged.parts)} parts ({res.merged.items} images added)")
     return 0

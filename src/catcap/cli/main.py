@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from catcap import __version__
-from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, metrics_cmds, report_cmds, serve_cmds, train_cmds,
-                        vqa_cmds, zoo_cmds)
+from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds, serve_cmds,
+                        train_cmds, vqa_cmds, zoo_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     metrics_cmds.register(sub)
     analyze_cmds.register(sub)
     extract_cmds.register(sub)
+    merge_cmds.register(sub)
     data_cmds.register(sub)
     vqa_cmds.register(sub)
     report_cmds.register(sub)

@@ -17,12 +17,20 @@ METEOR needs Java; SPICE needs Java and the Stanford CoreNLP 3.6.0 jars (--coren
 A metric that cannot run is reported as unavailable, with the reason; the exit status
 is then 1 if you named it in --metrics (0 when it was only part of the default set).
 
+A large split in pieces (--checkpoint): --shard I/N captions block I of N (from 0) of the split into
+RESULTS.part-III-of-NNN.json (--save-results is required); no scores are printed, as they need every
+caption: once all shards are done, catcap merge RESULTS.json joins the parts into the file one
+process would have saved (byte for byte), then score it with catcap evaluate --results RESULTS.json
+--refs DATASET.json --split SPLIT. Under torchrun (torchrun --nproc_per_node=4 -m catcap evaluate
+--checkpoint ... --save-results r.json) each rank takes its block and rank 0 merges and scores.
+
 examples:
   catcap evaluate --example
   catcap evaluate --results val_results.json --refs captions_val2014.json
   catcap evaluate --results test.json --refs dataset_coco.json --split test \\
                   --metrics bleu,rouge,cider --output scores.json
   catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json
+  catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json --shard 0/2
 """
 
 COMPARE_HELP = """\
@@ -58,7 +66,13 @@ def register(sub) -> None:
     ev.add_argument("--beam", type=int, help="with --checkpoint: beam size (default 5)")
     ev.add_argument("--device", choices=["auto", "cpu", "cuda"],
                     help="with --checkpoint: where the model runs (default auto: CUDA when there is one)")
+    ev.add_argument("--dtype", choices=["fp32", "bf16", "fp16"],
+                    help="with --checkpoint: the weights' dtype while decoding (default fp32). bf16 decodes faster on "
+                         "CPUs with bf16 instructions (AVX512_BF16, AMX) and on recent GPUs; scores stay within a few "
+                         "tenths of a point (docs/distributed.md, 'Decoding in reduced precision')")
     ev.add_argument("--save-results", metavar="RESULTS.json", help="with --checkpoint: write the COCO-format results")
+    ev.add_argument("--shard", metavar="I/N", help="with --checkpoint: caption only block I of N of the split into "
+                    "the part RESULTS.part-III-of-NNN.json of --save-results; join with catcap merge RESULTS.json")
     ev.add_argument("--features", metavar="STORE", help="with --checkpoint: the feature store to caption from "
                     "(default: the checkpoint's data.features; --refs likewise replaces its data.dataset)")
     ev.set_defaults(func=cmd_evaluate)
@@ -81,18 +95,24 @@ def cmd_evaluate(args) -> int:
     from catcap.metrics.evaluate import print_table
 
     checkpoint_only = [flag for flag, value in (("--beam", args.beam), ("--device", args.device),
-                       ("--save-results", args.save_results), ("--features", args.features)) if value is not None]
+                       ("--save-results", args.save_results), ("--features", args.features),
+                       ("--shard", args.shard), ("--dtype", args.dtype)) if value is not None]
     if args.checkpoint and (args.results or args.example):
         raise ValueError("give --checkpoint (caption a split, then score it) or --results/--example "
                          "(score captions you have), not both")
     if checkpoint_only and not args.checkpoint:
         raise ValueError(f"{', '.join(checkpoint_only)} only apply with --checkpoint")
     if args.checkpoint:
+        from catcap.sharding import resolve_shard
+
         ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=5 if args.beam is None else args.beam,
                                         metrics=args.metrics, dataset=args.refs, features=args.features,
                                         save_results=args.save_results, corenlp_dir=args.corenlp,
                                         log=log_to_stderr(args.quiet), device=args.device or "auto",
-                                        progress=not args.quiet)
+                                        progress=not args.quiet, shard=resolve_shard(args.shard),
+                                        dtype=args.dtype)
+        if ev is None:  # a shard: its part is written; the scores come from the merged file
+            return _shard_done(args)
         print_table(ev)
         _write_scores(ev, args.output)
         return _status(ev, args.metrics)
@@ -108,6 +128,19 @@ def cmd_evaluate(args) -> int:
     print_table(ev)
     _write_scores(ev, args.output)
     return _status(ev, args.metrics)
+
+
+def _shard_done(args) -> int:
+    """What a shard of --checkpoint prints (torchrun's other ranks: nothing, rank 0 scores)."""
+    from catcap.sharding import part_path, resolve_shard, torchrun_shard
+
+    if torchrun_shard() is None:
+        shard = resolve_shard(args.shard)
+        refs = args.refs or "DATASET.json"
+        print(f"{part_path(args.save_results, shard)}: shard {shard} captioned; when all {shard.count} are done: "
+              f"catcap merge {args.save_results}, then catcap evaluate --results {args.save_results} --refs {refs} "
+              f"--split {args.split or 'test'}")
+    return 0
 
 
 def _status(ev, asked: str | None) -> int:

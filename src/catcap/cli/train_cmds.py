@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 import sys
 
+from catcap.cli import caption_cmds
+
 SYNTH_HELP = """\
 Make the built-in "shapes" world: procedurally drawn images of 1-4 coloured shapes with
 5 captions each, question/answer pairs, and detector-like region features. It is written
@@ -112,24 +114,6 @@ example:
 """
 
 
-CAPTION_HELP = """\
-Caption images with a trained model. Without --checkpoint, the model bundled with catcap
-(zoo/flickr8k-cat, else the zoo's first, today flickr8k-vlp: `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
-stderr. A folder stands for its image files (sorted by name). A model trained on features
-from `catcap extract` captions photo files directly: the checkpoint records the image encoder
-and its preprocessing, and the photos go through exactly that. For other models (e.g. the
-built-in world's detector-like features) name images by their key in the feature store or by
-an image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
---json prints [{"image": ..., "caption": ...}, ...] instead of "image: caption" lines.
-
-example:
-  catcap caption photo.jpg
-  catcap caption --json photos/ another.jpg
-  catcap caption --checkpoint runs/flickr8k/cat/best my_photo.jpg another.jpg
-  catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
-"""
-
-
 ABLATE_HELP = """\
 Rerun one of the paper's ablation tables (SPEC.md §6) with one command: every row's config
 (configs/ablations/tableN_*.yaml) is checked, trained (an interrupted run resumes, a finished
@@ -171,16 +155,7 @@ def register(sub) -> None:
     abl.add_argument("--beam", type=int, default=5, help="beam size (default 5, as in the paper)")
     abl.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every row")
     abl.set_defaults(func=cmd_ablate)
-    cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
-                     "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-cat)")
-    cap.add_argument("--json", action="store_true", help='print JSON: [{"image": ..., "caption": ...}, ...]')
-    cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
-    cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
-    cap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default auto)")
-    cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
-    cap.set_defaults(func=cmd_caption)
+    caption_cmds.register(sub)
     demo = sub.add_parser("demo", help="world -> train -> evaluate, in a few minutes", description=DEMO_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--out", default="runs/demo", metavar="DIR", help="where the world and the model go")
@@ -302,24 +277,4 @@ def cmd_demo(args) -> int:
 
     compare = [name.strip() for name in args.compare.split(",") if name.strip()]
     api.demo(args.out, num_train=args.train_images, overrides=args.overrides, beam=args.beam, compare=compare)
-    return 0
-
-
-def cmd_caption(args) -> int:
-    import json
-
-    from catcap import api
-
-    checkpoint = args.checkpoint
-    if checkpoint is None:
-        entry = api.bundled_model()
-        checkpoint = entry.path
-        print(f"catcap caption: using the bundled model {entry.name} ({entry.path}; --checkpoint picks another)",
-              file=sys.stderr)
-    captions = api.caption(checkpoint, args.images, features=args.features, beam=args.beam, device=args.device)
-    if args.json:
-        print(json.dumps([{"image": item, "caption": text} for item, text in captions], indent=1, ensure_ascii=False))
-    else:
-        for item, text in captions:
-            print(f"{item}: {text}")
     return 0

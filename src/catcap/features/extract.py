@@ -35,6 +35,7 @@ from catcap.atomic import write_text_atomic
 from catcap.features.efficientnet import ImageEncoder, _spec, preprocess_image
 from catcap.features.onnx_backend import make_encoder
 from catcap.progress import progress_bar
+from catcap.sharding import Shard, part_path
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff")
 PathLike = Union[str, "os.PathLike[str]"]
@@ -43,7 +44,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 @dataclass
 class ExtractResult:
     """What a run did: ``extracted`` new images, ``skipped`` (already in the file), ``errors``
-    [(path, message)] of unreadable images, wall ``seconds``, ``out`` the feature file."""
+    [(path, message)] of unreadable images, wall ``seconds``, ``out`` the feature file (a
+    shard's part), ``merged`` what rank 0's automatic merge did (else None)."""
 
     out: Path
     encoder: str
@@ -52,6 +54,7 @@ class ExtractResult:
     skipped: int = 0
     errors: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    merged: Optional[object] = None  # the catcap.merge.MergeResult of a sharded run's automatic merge
 
     @property
     def images_per_second(self) -> float:
@@ -151,6 +154,7 @@ def extract_features(
     keys: Optional[Mapping[str, str]] = None,
     key_scheme: Optional[str] = None,
     limit: Optional[int] = None,
+    shard: Optional[Shard] = None,
     log: Optional[Callable[[str], None]] = None,
 ) -> ExtractResult:
     """Extract grid features of ``images`` (a folder or a list of paths) into the HDF5 file ``out``.
@@ -166,6 +170,13 @@ def extract_features(
     ``out`` and skips its keys; with ``resume=False`` an existing ``out`` is an error unless
     ``overwrite``. If not a single image can be read and ``out`` held none before, nothing is
     written and ValueError says why (the unreadable files are listed in ``<out>.errors.txt``).
+
+    ``shard`` (a :class:`~catcap.sharding.Shard` other than the whole job) takes its contiguous
+    block of the selected images (after ``keys``/``limit``, in the same order) and writes the part
+    :func:`~catcap.sharding.part_path` of ``out`` (a normal resumable store; join the parts with
+    :func:`catcap.merge.merge`). Images already in a finished ``out`` are skipped when resuming, so
+    a sharded run only adds what ``out`` lacks; a shard whose images are all unreadable writes an
+    empty part (the merge decides whether anything was read at all).
     """
     t0 = time.perf_counter()
     out = Path(out)
@@ -175,6 +186,10 @@ def extract_features(
         paths = paths[:limit]
     names = [(keys[str(p)] if keys is not None else p.stem) for p in paths]
     _check_unique(paths, names)
+    shard = shard or Shard()
+    paths, names, target = shard.take(paths), shard.take(names), out
+    out = part_path(out, shard)
+    skip = _finished_keys(target) if resume and not shard.whole else set()
     if key_scheme is None:
         key_scheme = "file-stem" if keys is None else getattr(keys, "key_scheme", "custom")
 
@@ -182,7 +197,7 @@ def extract_features(
     result = ExtractResult(out=out, encoder=enc.name, backend=backend if isinstance(encoder, str) else "given")
     out.parent.mkdir(parents=True, exist_ok=True)
     _run(enc, paths, names, out, dict(enc.meta, keys=key_scheme), result, resume=resume, overwrite=overwrite,
-         batch_size=batch_size, workers=workers, progress=progress, log=log)
+         batch_size=batch_size, workers=workers, progress=progress, log=log, skip=skip, part=not shard.whole)
     result.seconds = time.perf_counter() - t0
     if log and result.errors:
         verb = "was" if len(result.errors) == 1 else "were"
@@ -215,13 +230,25 @@ def _check_unique(paths: list[Path], names: list[str]) -> None:
         seen[k] = p
 
 
+def _finished_keys(out: Path) -> set[str]:
+    """Keys of the finished store ``out`` (a sharded run's target), or none when there is none."""
+    from catcap.data.features import open_feature_store
+
+    if not out.is_file():
+        return set()
+    with open_feature_store(out) as store:
+        return set(store.keys())
+
+
 def _run(enc, paths: list[Path], names: list[str], out: Path, meta: dict, result: ExtractResult, *,
-         resume: bool, overwrite: bool, batch_size: int, workers: int, progress: bool, log) -> None:
-    """Open the writer, skip what is done, extract the rest into it; fills ``result``."""
+         resume: bool, overwrite: bool, batch_size: int, workers: int, progress: bool, log,
+         skip: frozenset | set = frozenset(), part: bool = False) -> None:
+    """Open the writer, skip what is done (in it or in ``skip``), extract the rest into it; fills
+    ``result``. A shard's ``part`` is kept even when none of its images could be read."""
     from catcap.data.features import HDF5FeatureWriter
 
     with HDF5FeatureWriter(out, enc.channels, meta, resume=resume, overwrite=overwrite) as writer:
-        done = writer.written_keys()
+        done = writer.written_keys() | set(skip)
         todo = [i for i, k in enumerate(names) if k not in done]
         result.skipped = len(paths) - len(todo)
         if not todo:
@@ -233,7 +260,7 @@ def _run(enc, paths: list[Path], names: list[str], out: Path, meta: dict, result
             _extract_into(writer, enc, [paths[i] for i in todo], [names[i] for i in todo], result,
                           batch_size=batch_size, workers=workers, progress=progress)
         _write_errors(out, result.errors)
-        if todo and not result.extracted and not done:
+        if todo and not result.extracted and not done and not part:
             writer.discard_if_empty()
             raise ValueError(_nothing_extracted(out, result.errors))
 

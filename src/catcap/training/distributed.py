@@ -56,8 +56,12 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """``auto`` (CUDA when there is one), ``cpu`` or ``cuda``; under torchrun, GPU = local rank."""
+def pick_device(name: str, local_rank: int | None = None) -> torch.device:
+    """``auto`` (CUDA when there is one), ``cpu`` or ``cuda``; under torchrun, GPU = local rank
+    (by default torchrun's ``LOCAL_RANK``, so that a sharded ``catcap evaluate`` or ``caption``
+    puts each rank on its own GPU)."""
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0")) if launched_by_torchrun() else 0
     if name not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"unknown device {name!r}: expected auto, cpu or cuda (e.g. --device cpu)")
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):

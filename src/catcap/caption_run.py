@@ -1,0 +1,198 @@
+"""``catcap caption`` end to end: the model and the items (:func:`prepare`), then the captions
+through the pipeline of :mod:`catcap.pipeline`, to a list, a stream or a resumable JSON Lines
+file (:func:`caption_to_file`, format in :mod:`catcap.caption_file`).
+
+See docs/pipeline.md for the design (stages, queues, threads, resume) and its measurements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
+
+from catcap.pipeline import Caption, caption_batches
+from catcap.progress import progress_bar
+
+PROGRESS_FROM = 32  # a bar for more images than this (a handful of photos captions without one)
+
+
+@dataclass
+class CaptionJob:
+    """A loaded captioner and what it captions: ``items`` (as given, folders expanded),
+    ``is_file[i]`` (read from pixels, else a key of ``store``), decoding ``beam`` and
+    ``max_len``; ``settings`` identify the results (recorded in a partial output)."""
+
+    cap: object
+    items: list[str]
+    is_file: list[bool]
+    store: object = None
+    beam: int = 3
+    max_len: int = 20
+    settings: dict = field(default_factory=dict)
+
+    def batches(self, start: int = 0, *, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
+                threads: Optional[int] = None) -> Iterator[list[Caption]]:
+        """Captions of ``items[start:]``, one list per batch, in input order (see
+        :func:`catcap.pipeline.caption_batches`)."""
+        yield from caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
+                                   beam=self.beam, max_len=self.max_len, batch_size=batch_size,
+                                   workers=workers, pipelined=pipelined, threads=threads)
+
+    def close(self) -> None:
+        if self.store is not None and hasattr(self.store, "close"):
+            self.store.close()
+
+
+def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None, beam: int = 3, max_len: int = 20,
+            device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None) -> CaptionJob:
+    """Load the captioner and check the items before anything runs (see ``catcap.api.caption``).
+    ``take``: keeps a part of the expanded items (a shard's block)."""
+    from catcap import zoo as model_zoo
+    from catcap.captioner import Captioner
+    from catcap.evaluation import check_beam
+
+    check_beam(beam)
+    if max_len < 1:
+        raise ValueError(f"expected --max-len >= 1 (words per caption), found {max_len}")
+    items = expand_image_folders(items)
+    if checkpoint is None:
+        checkpoint = model_zoo.default_model(zoo).path
+    folder = model_zoo.locate(checkpoint, zoo)
+    cap = Captioner.from_pretrained(folder, device=device, zoo=zoo)
+    from_pixels = cap.reads_pixels and features is None
+    check_caption_items(items, must_exist=from_pixels)
+    if take is not None:
+        items = take(items)
+    is_file = [from_pixels and Path(i).is_file() for i in items]
+    store = _open_store(cap, features, [i for i, f in zip(items, is_file) if not f])
+    settings = {"model_sha256": weights_sha256(folder), "beam": beam, "max_len": max_len,
+                "features": None if all(is_file) else str(features or cap.data_file("features"))}
+    return CaptionJob(cap, items, is_file, store, beam, max_len, settings)
+
+
+def _open_store(cap, features: Optional[str], keys_of: list[str]):
+    """The feature store for the items that are keys (None when there are none), checked."""
+    if not keys_of:
+        return None
+    from catcap.data.features import check_features, open_feature_store
+
+    store = cap.reading(open_feature_store(features or cap.data_file("features")))
+    check_features(store, [Path(item).stem for item in keys_of], cap.config.model.input_dim)
+    return store
+
+
+def weights_sha256(folder) -> Optional[str]:
+    """sha256 of ``folder/model.safetensors`` (the model's identity in a partial output)."""
+    path = Path(folder) / "model.safetensors"
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def expand_image_folders(items: Sequence[str]) -> list[str]:
+    """Each folder among ``items`` replaced by its image files (by suffix, sorted by name; not
+    recursive); a folder without any is an error naming it. Other items stay as they are."""
+    from catcap.features.extract import IMAGE_SUFFIXES
+
+    out = []
+    for item in items:
+        path = Path(item)
+        if not path.is_dir():
+            out.append(str(item))
+            continue
+        found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not found:
+            raise ValueError(f"{item} is a folder with no image files ({', '.join(IMAGE_SUFFIXES)}); pass image "
+                             "files, a folder of them, or feature-store keys")
+        out.extend(str(p) for p in found)
+    return out
+
+
+def check_caption_items(items: Sequence[str], must_exist: bool) -> None:
+    """With ``must_exist`` (a model that reads pixels), an item that looks like an image path (an
+    image suffix or a folder part) must be an existing file (folders are expanded before)."""
+    from catcap.features.extract import IMAGE_SUFFIXES
+
+    if not items:
+        raise ValueError("expected at least one image file or feature-store key, got none")
+    for item in items:
+        path = Path(item)
+        looks_like_file = path.suffix.lower() in IMAGE_SUFFIXES or len(path.parts) > 1
+        if must_exist and looks_like_file and not path.is_file():
+            raise FileNotFoundError(f"image file not found: {item}; check the path (the name is case-sensitive)")
+
+
+def _bar(total: int, done: int, progress: bool):
+    return progress_bar(total=total, initial=done, unit="img", desc="caption",
+                        enabled=progress and total - done > PROGRESS_FROM)
+
+
+def caption_stream(job: CaptionJob, *, progress: bool = True, **run) -> Iterator[Caption]:
+    """Every item's :class:`Caption`, in input order, as batches finish; a bar in images/s on
+    stderr for more than a handful of images. ``run``: batch_size, workers, pipelined, threads."""
+    bar, errors = _bar(len(job.items), 0, progress), 0
+    try:
+        for batch in job.batches(**run):
+            yield from batch
+            errors = _count(bar, batch, errors)
+    finally:
+        bar.close()
+
+
+def _count(bar, batch: list[Caption], errors: int) -> int:
+    """Advance ``bar`` by one batch; returns the unreadable images so far (shown on the bar)."""
+    new = sum(c.error is not None for c in batch)
+    if new:
+        bar.set_postfix(errors=errors + new, refresh=False)
+    bar.update(len(batch))
+    return errors + new
+
+
+@dataclass
+class FileResult:
+    """What :func:`caption_to_file` did: ``out`` written (None when already complete),
+    ``done_before`` results kept from a partial, ``captioned`` now, ``errors`` unreadable."""
+
+    out: Optional[Path]
+    done_before: int = 0
+    captioned: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+
+def caption_to_file(job: CaptionJob, out, *, restart: bool = False, batch_size: int = 16, progress: bool = True,
+                    log: Callable[[str], None] = lambda _: None, **run) -> FileResult:
+    """Write ``job``'s captions to the JSON Lines file ``out`` (:mod:`catcap.caption_file`):
+    incrementally to ``out.partial``, continued after an interruption, renamed into place at
+    the end. An existing ``out`` is left alone (returns ``out=None``) unless ``restart``."""
+    from catcap.caption_file import CaptionFile, count_lines
+
+    out = Path(out)
+    if out.exists() and not restart:
+        log(f"{out} is already complete ({count_lines(out)} captions); nothing to do (--restart captions again)")
+        return FileResult(None)
+    settings = dict(job.settings, batch_size=batch_size)
+    writer = CaptionFile(out, settings)
+    done = writer.open(job.items, batch_size, restart=restart)
+    result = FileResult(out, done_before=done)
+    if done:
+        log(f"continuing {writer.partial}: {done} of {len(job.items)} images done, captioning the other "
+            f"{len(job.items) - done}")
+    bar = _bar(len(job.items), done, progress)
+    try:
+        for batch in job.batches(done, batch_size=batch_size, **run):
+            writer.append(c.to_json() for c in batch)
+            result.captioned += len(batch)
+            result.errors += [(c.image, c.error) for c in batch if c.error is not None]
+            _count(bar, batch, len(result.errors) - sum(c.error is not None for c in batch))
+    finally:
+        bar.close()
+        writer.close()
+    writer.finish()
+    return result
+

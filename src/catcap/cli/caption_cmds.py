@@ -1,0 +1,138 @@
+"""``catcap caption``: images in, captions out (stdout, or a resumable JSON Lines file)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+CAPTION_HELP = """\
+Caption images with a trained model. Without --checkpoint, the model bundled with catcap
+(zoo/flickr8k-cat, else the zoo's first, today flickr8k-vlp: `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
+stderr. A folder stands for its image files (sorted by name). A model trained on features
+from `catcap extract` captions photo files directly: the checkpoint records the image encoder
+and its preprocessing, and the photos go through exactly that. For other models (e.g. the
+built-in world's detector-like features) name images by their key in the feature store or by
+an image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
+--json prints [{"image": ..., "caption": ...}, ...] instead of "image: caption" lines.
+
+Thousands of photos: reading the JPEGs (--workers processes), the image encoder and the caption
+decoder run as a pipeline (the encoder of one batch overlaps the decoding of the one before,
+with bounded queues: memory stays flat), with a progress bar in images/s on stderr. An image
+that cannot be read is reported on stderr and skipped, never stopping the run.
+
+--out FILE.jsonl writes one line per image, in input order: {"image": ..., "caption": ...}
+(plus "error" for an unreadable image, with "caption": null). Lines are appended to
+FILE.jsonl.partial after every batch and the file is renamed into place at the end, so an
+interrupted run continues where it stopped when the same command runs again (a partial made
+with another model, --beam, --max-len, --batch-size or other inputs is refused). A finished
+FILE.jsonl is left alone unless --restart. --shard I/N captions block I of N (from 0) into
+FILE.part-III-of-NNN.jsonl; once shards 0/4 to 3/4 are done, `catcap merge captions.jsonl`
+joins the parts into captions.jsonl (docs/pipeline.md).
+
+example:
+  catcap caption photo.jpg
+  catcap caption --json photos/ another.jpg
+  catcap caption --checkpoint runs/flickr8k/cat/best my_photo.jpg another.jpg
+  catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
+  catcap caption photos/ --out captions.jsonl
+  catcap caption photos/ --out captions.jsonl --restart --beam 5 --max-len 16
+  catcap caption photos/ --out captions.jsonl --shard 0/4 --workers 1
+"""
+
+
+def register(sub) -> None:
+    cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
+                     "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-cat)")
+    cap.add_argument("--json", action="store_true", help='print JSON: [{"image": ..., "caption": ...}, ...]')
+    cap.add_argument("--out", "--output", dest="out", metavar="FILE.jsonl",
+                     help="write JSON Lines there instead of printing: incrementally, continued when rerun")
+    cap.add_argument("--restart", action="store_true",
+                     help="with --out: caption everything again (default: continue a partial, keep a finished file)")
+    cap.add_argument("--shard", metavar="I/N", help="caption only block I of N (0 <= I < N) into --out's part "
+                     "FILE.part-III-of-NNN.jsonl; join the parts with catcap merge FILE.jsonl")
+    cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
+    cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
+    cap.add_argument("--max-len", type=int, default=20, help="most words per caption (default 20)")
+    cap.add_argument("--batch-size", type=int, default=16, help="images per batch (default 16)")
+    cap.add_argument("--workers", type=int, default=2,
+                     help="processes reading and decoding the photos (default 2; 0 = in the encoder's thread)")
+    cap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default auto)")
+    cap.add_argument("--quiet", action="store_true", help="no progress bar")
+    cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
+    cap.set_defaults(func=cmd_caption)
+
+
+def _log(message: str) -> None:
+    print(f"catcap caption: {message}", file=sys.stderr)
+
+
+def _shard(args):
+    """The shard this process captions; a sharded run without --out is refused."""
+    from catcap.sharding import resolve_shard
+
+    shard = resolve_shard(args.shard)
+    if not shard.whole and args.out is None:
+        raise ValueError(f"shard {shard} of a caption run needs --out FILE.jsonl (each shard writes its part "
+                         "next to it, and catcap merge joins them); found no --out")
+    return shard
+
+
+def cmd_caption(args) -> int:
+    from catcap import api
+
+    if args.batch_size < 1 or args.workers < 0:
+        raise ValueError(f"expected --batch-size >= 1 and --workers >= 0, found {args.batch_size}, {args.workers}")
+    if args.restart and args.out is None:
+        raise ValueError("--restart goes with --out FILE.jsonl (it captions the file again); found no --out")
+    shard = _shard(args)
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        entry = api.bundled_model()
+        checkpoint = entry.path
+        _log(f"using the bundled model {entry.name} ({entry.path}; --checkpoint picks another)")
+    job = api.prepare_caption(checkpoint, args.images, features=args.features, beam=args.beam, max_len=args.max_len,
+                              device=args.device, shard=shard)
+    try:
+        if args.out is not None:
+            return _to_file(api, job, args, shard)
+        return _print(api, job, args)
+    finally:
+        job.close()
+
+
+def _to_file(api, job, args, shard) -> int:
+    from catcap.sharding import part_path
+
+    out = part_path(args.out, shard)
+    if not job.items:
+        _log(f"shard {shard} has no images (fewer images than shards); writing an empty {out}")
+    from catcap.merge import finish_sharded
+
+    result = api.caption_to_file(job, out, restart=args.restart, batch_size=args.batch_size, workers=args.workers,
+                                 progress=not args.quiet, log=_log)
+    if result.out is not None:
+        for image, error in result.errors:
+            _log(f"cannot read {image}: {error} (skipped)")
+        kept = f" ({result.done_before} kept from the interrupted run)" if result.done_before else ""
+        _log(f"wrote {result.done_before + result.captioned} captions to {result.out}{kept}"
+             + (f"; {len(result.errors)} unreadable" if result.errors else ""))
+    finish_sharded(args.out, shard, log=_log)  # torchrun: every rank waits, rank 0 merges; --shard: how to merge
+    return 0
+
+
+def _print(api, job, args) -> int:
+    """stdout as before the pipeline: ``image: caption`` lines as each batch finishes, or one JSON list."""
+    rows = []
+    for c in api.caption_stream(job, progress=not args.quiet, batch_size=args.batch_size, workers=args.workers):
+        if c.error is not None:
+            _log(f"cannot read {c.image}: {c.error} (skipped)")
+        if args.json:
+            rows.append(c.to_json())
+        elif c.error is None:
+            print(f"{c.image}: {c.caption}", flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=1, ensure_ascii=False))
+    return 0
