@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import Callable, List, Optional, Tuple
 
+from ._ptb_ascii import ascii_pattern
 from ._ptb_actions import (
     Action,
     _acronym_g1,
@@ -198,25 +199,35 @@ _RULES: List[Tuple[Optional[str], str, Action]] = [
 # The scanner
 # ---------------------------------------------------------------------------
 _Compiled = Tuple[re.Pattern, Action]
-_COMPILED: List[Tuple[Optional[re.Pattern], re.Pattern, Action]] = [
-    (None if first is None else re.compile(f"[{first}]", re.IGNORECASE), re.compile(pattern), act)
-    for first, pattern, act in _RULES
+# Each rule's first-character class is compiled now (cheap); its pattern only when a text first
+# needs it (compiling all 87 at import took ~80 ms of every `catcap evaluate` process, and the
+# shortcuts below read most captions without them).
+_FIRSTS: List[Optional[re.Pattern]] = [
+    None if first is None else re.compile(f"[{first}]", re.IGNORECASE) for first, _, _ in _RULES
 ]
+_PATTERNS: dict = {}
 _CANDIDATES: dict = {}
 
 
-def _candidates(char: str) -> Tuple[_Compiled, ...]:
-    """Rules that can start with ``char``, in priority order (memoised per character)."""
-    found = _CANDIDATES.get(char)
+def _rule(i: int, ascii_only: bool) -> _Compiled:
+    """Rule ``i`` of :data:`_RULES`, compiled on first use; ``ascii_only``: its classes cut to
+    ASCII, for text with no other characters (same matches there; :mod:`._ptb_ascii`)."""
+    found = _PATTERNS.get((i, ascii_only))
     if found is None:
-        found = tuple((rx, act) for first, rx, act in _COMPILED
-                      if first is None or first.match(char))
-        _CANDIDATES[char] = found
+        pattern = ascii_pattern(_RULES[i][1]) if ascii_only else _RULES[i][1]
+        found = _PATTERNS[i, ascii_only] = (re.compile(pattern), _RULES[i][2])
     return found
 
 
-for _code in range(128):
-    _candidates(chr(_code))
+def _candidates(char: str, ascii_only: bool = False) -> Tuple[_Compiled, ...]:
+    """Rules that can start with ``char``, in priority order (memoised per character)."""
+    found = _CANDIDATES.get((char, ascii_only))
+    if found is None:
+        found = tuple(_rule(i, ascii_only) for i, first in enumerate(_FIRSTS)
+                      if first is None or first.match(char))
+        _CANDIDATES[char, ascii_only] = found
+    return found
+
 
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 
@@ -286,6 +297,7 @@ def lex(text: str, shortcuts: bool = True) -> List[str]:
     astral = _ASTRAL.search(text) is not None
     if astral:  # the jar works on UTF-16 code units
         text = _ASTRAL.sub(_to_utf16, text)
+    ascii_only = text.isascii()  # then every rule may run in its ASCII form (:mod:`._ptb_ascii`)
     tokens: List[str] = []
     append = tokens.append
     pos = 0
@@ -305,18 +317,19 @@ def lex(text: str, shortcuts: bool = True) -> List[str]:
         if text[pos] == " ":  # a run of spaces is one (deleted) SPACES token
             pos = _SPACES(text, pos).end()
             continue
-        pos = _longest_match(text, pos, append)
+        pos = _longest_match(text, pos, append, ascii_only)
     if astral:
         tokens = [t.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
                   for t in tokens]
     return tokens
 
 
-def _longest_match(text: str, pos: int, append: Callable[[str], None]) -> int:
-    """Apply the grammar at ``pos``: emit the token (if any), return where to resume."""
+def _longest_match(text: str, pos: int, append: Callable[[str], None], ascii_only: bool = False) -> int:
+    """Apply the grammar at ``pos``: emit the token (if any), return where to resume
+    (``ascii_only``: ``text`` is ASCII, so the rules' ASCII forms apply)."""
     best = None
     best_len = 0
-    for rx, act in _candidates(text[pos]):
+    for rx, act in _candidates(text[pos], ascii_only):
         m = rx.match(text, pos)
         if m is not None:
             length = m.end() - pos

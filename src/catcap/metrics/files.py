@@ -23,7 +23,11 @@ def read_json(path: str | Path, what: str) -> Any:
     path = Path(path)
     if not path.is_file():
         raise MetricInputError(f"{what} file not found: {path} (expected a JSON file; check the path)")
-    data = path.read_bytes()
+    return decode_json(path.read_bytes(), path, what)
+
+
+def decode_json(data: bytes, path: str | Path, what: str) -> Any:
+    """The JSON value of ``data`` (the bytes of ``path``, UTF-8 with or without a BOM)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -145,6 +149,8 @@ def load_results(path: str | Path) -> dict[ImageId, str]:
 
 
 def load_references(path: str | Path, split: str | None = None) -> dict[ImageId, list[str]]:
+    """{image_id: [raw captions]} of every image of a reference file (for only the images to be
+    scored, read through an index: :func:`catcap.metrics.refs_cache.load_wanted_references`)."""
     return parse_references(read_json(path, "references"), split, source=str(path))
 
 
