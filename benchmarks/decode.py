@@ -65,9 +65,16 @@ class Bench:
             self.awc.to(device)
         self.params = list(self.model.parameters()) + (list(self.awc.parameters()) if self.awc else [])
         self.opt = make_optimizer(self.params, device, lr=1e-4)
-        self.precision = Precision(precision, device)
+        self.precision = Precision("bf16" if precision == "bf16-weights" else precision, device)
         self.feats, self.mask, self.captions = (x.to(device) for x in inputs)
         self.no_eos = build_processors(self.model.eos_id, suppress_eos=True)
+        self.decoder_model, self.decoder_feats = self.model, self.feats
+        if precision == "bf16-weights":  # decoding as `catcap evaluate --dtype bf16` runs it
+            import copy
+
+            self.decoder_model = copy.deepcopy(self.model).to(torch.bfloat16)
+            self.decoder_feats = self.feats.to(torch.bfloat16)
+        self.weights_bf16 = precision == "bf16-weights"
 
     def greedy(self):
         self._decode(greedy)
@@ -76,7 +83,11 @@ class Bench:
         self._decode(beam_search, beam_size=5)
 
     def _decode(self, fn, **kw):
-        self.model.eval()
+        self.decoder_model.eval()
+        if self.weights_bf16:  # bf16 weights, no autocast
+            with torch.no_grad():
+                fn(self.decoder_model, self.decoder_feats, self.mask, max_len=T, processors=self.no_eos, **kw)
+            return
         with torch.no_grad(), self.precision.autocast():
             fn(self.model, self.feats, self.mask, max_len=T, processors=self.no_eos, **kw)
 
@@ -126,9 +137,14 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["transformer"],
                         help="model presets (configs/models/NAME.yaml), e.g. transformer cat lightcat")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16", "fp16", "bf16-weights"],
+                        help="bf16/fp16: autocast (as catcap train); bf16-weights: decoding with the weights "
+                             "in bf16 (as catcap evaluate --dtype bf16), the training step under bf16 autocast")
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS,
                         help="time only these jobs (e.g. `--jobs beam` under a profiler)")
+    parser.add_argument("--floors", action="store_true",
+                        help="also time each job's matrix products alone (gemm_floor.py) in this run, one "
+                             "thread, and print the Transformer's ratio to them (first model: transformer)")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -162,7 +178,22 @@ def run(benches: list[Bench], args, precision: str) -> None:
             result["threads"], result["device"], result["precision"] = threads, args.device, precision
             if args.device == "cpu":
                 result["gemm"] = cpu_gemm_backend()
+            if args.floors and b is benches[0] and threads == 1:
+                add_floors(result, args)
             print(json.dumps(result), flush=True)
+
+
+def add_floors(result: dict, args) -> None:
+    """``{job}_floor_s`` (the job's matrix products alone, gemm_floor.py) and ``{job}_floor_ratio``
+    (the job's median time over it), for the paper-size Transformer."""
+    from gemm_floor import floor
+
+    if result["model"] != "transformer" or args.device != "cpu":
+        raise SystemExit("--floors needs --device cpu and transformer as the first model: the floors are its products")
+    for job in args.jobs:
+        seconds, _ = floor(job, max(5, args.repeats))
+        result[f"{job}_floor_s"] = round(seconds, 4)
+        result[f"{job}_floor_ratio"] = round(result[f"{job}_s"] / seconds, 3)
 
 
 if __name__ == "__main__":

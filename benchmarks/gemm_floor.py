@@ -1,17 +1,26 @@
-"""How fast greedy decoding could be on this machine: its matrix products alone (issue 3).
+"""How fast decoding and training could be on this machine: their matrix products alone.
 
-Times, with one thread, every matrix-product shape the paper-size Transformer's greedy decode
-of ``benchmarks/decode.py`` runs (50 images x 50 regions x 2048-d, 17 steps, D=512, d_ff 2048,
-3+3 layers, vocab 10,000), each on its own with the bias, and adds them up with their counts.
-Attention products, LayerNorms and everything else come on top, so a greedy decode cannot be
-faster than this sum on this machine; the difference to ``decode.py``'s ``greedy_s`` is
-what all other work costs. Prints one JSON line per shape and one with the total.
+Times, with one thread, every matrix-product shape that the paper-size Transformer runs in the
+three jobs of ``benchmarks/decode.py`` (50 images x 50 regions x 2048-d, D=512, d_ff 2048, 3+3
+layers, vocab 10,000), each on its own with the bias, and adds them up with their counts:
+
+- ``greedy``: 17 decoder steps (16 words + the forced ``<eos>``) of 50 rows;
+- ``beam``: beam 5, step 0 once per image (50 rows), then 16 steps of 250 rows; the memory's
+  keys and values once per image, as catcap computes them;
+- ``train_step``: one XE step on 50 captions (17 input tokens each: 850 decoder rows), every
+  product forward *and* backward (the gradients of the input and of the weight; the feature
+  projection's input needs none).
+
+Attention products, softmax, LayerNorms, beam bookkeeping, the optimizer and everything else
+come on top, so no implementation with the same products can be faster than these sums on this
+machine; ``decode.py --floors`` prints each job's ratio to its floor, measured in the same run.
+Prints one JSON line per shape and one with the totals.
 
 The products run as catcap's Linear layers run them (``catcap.models.linear``): through
 oneDNN where catcap picks it (a non-Intel CPU with AVX-512), else through PyTorch (MKL).
 Compare the two with the environment variable:
 
-Usage: python benchmarks/gemm_floor.py [--repeats 30]
+Usage: python benchmarks/gemm_floor.py [--repeats 30] [--jobs greedy beam train_step]
        CATCAP_CPU_GEMM=torch python benchmarks/gemm_floor.py     # PyTorch's own (MKL) products
 """
 
@@ -28,52 +37,91 @@ from catcap.models.linear import cpu_gemm_backend, linear
 from catcap.training.experiment import ExperimentConfig
 from decode import PRESETS, B, N, T, V
 
-STEPS, REGIONS = T + 1, B * N  # 16 words + the forced <eos> step
+STEPS, REGIONS, BEAM = T + 1, B * N, 5  # 16 words + the forced <eos> step
+JOBS = ("greedy", "beam", "train_step")
 
 
-def shapes() -> list[tuple[str, int, int, int, int]]:
-    """(what, rows, in, out, count) for one greedy decode of the paper-size Transformer."""
+def shapes(job: str = "greedy") -> list[tuple[str, int, int, int, int, bool]]:
+    """(what, rows, in, out, count, backward) of every product of one ``job`` of the
+    paper-size Transformer; ``backward``: the product's gradients are computed too."""
     m = load_config(ExperimentConfig, PRESETS / "transformer.yaml").model
     feat, d, d_ff, layers = m.feature_dim, m.d_model, m.d_ff, m.encoder_layers
     if m.decoder_layers != layers:
         raise ValueError("the shape list below assumes as many decoder as encoder layers")
-    return [
+    train = job == "train_step"
+    encoder = [
         ("feature projection", REGIONS, feat, d, 1),
         ("encoder q/k/v/out", REGIONS, d, d, 4 * layers),
         ("encoder FFN in", REGIONS, d, d_ff, layers),
         ("encoder FFN out", REGIONS, d_ff, d, layers),
         ("cross-attention keys/values, once", REGIONS, d, d, 2 * layers),
-        ("decoder self q/k/v/out + cross q/out", B, d, d, 6 * layers * STEPS),
-        ("decoder FFN in", B, d, d_ff, layers * STEPS),
-        ("decoder FFN out", B, d_ff, d, layers * STEPS),
-        ("vocabulary projection", B, d, V, STEPS),
     ]
+    if job == "greedy":
+        passes = [(B, STEPS, "")]
+    elif job == "beam":
+        passes = [(B, 1, " (step 0)"), (B * BEAM, STEPS - 1, " (steps 1-16)")]
+    elif train:
+        passes = [(B * STEPS, 1, " (teacher forcing)")]
+    else:
+        raise ValueError(f"unknown job {job!r}: expected one of {', '.join(JOBS)}")
+    decoder = []
+    for rows, steps, note in passes:
+        decoder += [
+            ("decoder self q/k/v/out + cross q/out" + note, rows, d, d, 6 * layers * steps),
+            ("decoder FFN in" + note, rows, d, d_ff, layers * steps),
+            ("decoder FFN out" + note, rows, d_ff, d, layers * steps),
+            ("vocabulary projection" + note, rows, d, V, steps),
+        ]
+    return [(what, rows, i, o, count, train) for what, rows, i, o, count in encoder + decoder]
 
 
-def seconds(rows: int, fan_in: int, fan_out: int, repeats: int) -> float:
+def seconds(rows: int, fan_in: int, fan_out: int, repeats: int, backward: bool = False,
+            input_grad: bool = True) -> float:
+    """One product (with its backward products when ``backward``), seconds each."""
     x, w, b = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(fan_out)
-    linear(x, w, b)
+    if backward:
+        x.requires_grad_(input_grad)
+        w.requires_grad_(True)
+        b.requires_grad_(True)
+        grad = torch.randn(rows, fan_out)
+
+    def once():
+        y = linear(x, w, b)
+        if backward:
+            y.backward(grad)
+
+    once()
     start = time.perf_counter()
     for _ in range(repeats):
-        linear(x, w, b)
+        once()
     return (time.perf_counter() - start) / repeats
+
+
+def floor(job: str, repeats: int, log=None) -> tuple[float, float]:
+    """(seconds, GFLOP) of all of ``job``'s matrix products, one thread (``log``: per shape)."""
+    total = flops = 0.0
+    for what, rows, fan_in, fan_out, count, backward in shapes(job):
+        input_grad = what != "feature projection"
+        each = seconds(rows, fan_in, fan_out, repeats, backward, input_grad)
+        work = 2 * rows * fan_in * fan_out * ((2 if input_grad else 1) + 1 if backward else 1)
+        total, flops = total + each * count, flops + work * count
+        if log:
+            log({"job": job, "shape": what, "rows": rows, "in": fan_in, "out": fan_out, "count": count,
+                 "backward": backward, "ms_each": round(each * 1e3, 3),
+                 "gflops_per_s": round(work / each / 1e9, 1), "s_total": round(each * count, 3)})
+    return total, flops / 1e9
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    total = flops = 0.0
-    for what, rows, fan_in, fan_out, count in shapes():
-        each = seconds(rows, fan_in, fan_out, args.repeats)
-        work = 2 * rows * fan_in * fan_out
-        total, flops = total + each * count, flops + work * count
-        print(json.dumps({"shape": what, "rows": rows, "in": fan_in, "out": fan_out, "count": count,
-                          "ms_each": round(each * 1e3, 3), "gflops_per_s": round(work / each / 1e9, 1),
-                          "s_total": round(each * count, 3)}), flush=True)
-    print(json.dumps({"greedy_matrix_products_s": round(total, 3), "gflop": round(flops / 1e9, 1),
-                      "threads": 1, "backend": cpu_gemm_backend()}), flush=True)
+    for job in args.jobs:
+        total, gflop = floor(job, args.repeats, log=lambda row: print(json.dumps(row), flush=True))
+        print(json.dumps({"job": job, "matrix_products_s": round(total, 3), "gflop": round(gflop, 1),
+                          "threads": 1, "backend": cpu_gemm_backend()}), flush=True)
 
 
 if __name__ == "__main__":

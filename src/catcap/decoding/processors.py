@@ -181,6 +181,6 @@ def apply_processors(processors: Iterable[Processor], log_probs: Tensor, history
 
 def check_some_allowed(log_probs: Tensor, step: int) -> None:
     """Raise when a row has every token forbidden (the rules contradict each other)."""
-    if bool(torch.isneginf(log_probs).all(dim=1).any()):
+    if bool(torch.isneginf(log_probs.amax(dim=1)).any()):  # one pass, no (R, V) temporary
         raise ValueError(f"at step {step} the logit processors forbid every token of some row; "
                          "relax the rules (e.g. min_len, suppressed ids, n-gram blocking on a tiny vocabulary)")

@@ -1,0 +1,102 @@
+"""Decoding levers of issue 25, each timed on and off in one run (paired, interleaved).
+
+Paper-size Transformer of ``decode.py`` (50 images x 50 regions x 2048-d, 16 steps, ``<eos>``
+suppressed), one thread. For every lever, each repeat times the job with the lever off and on,
+in alternating order, and the median of the paired ratios on/off is printed (drifting load
+affects it least), with the medians of both times.
+
+Levers (the "off" side restores what catcap did before, by patching, in this process only):
+  few_queries   attention of at most 8 queries per head as three operations, not PyTorch's
+                fused CPU kernel (``catcap.models.attention.FEW_QUERIES``; off = 0)
+  allowed_check the "every token forbidden" check as one max over the vocabulary instead of
+                ``isneginf(...).all(dim=1)`` (``catcap.decoding.processors.check_some_allowed``)
+  bf16_weights  the weights and features in bf16 (``catcap evaluate --dtype bf16``) against fp32
+
+Usage: python benchmarks/decode_levers.py [--repeats 7] [--jobs greedy beam] [--levers ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import statistics
+import time
+
+import torch
+
+import catcap.decoding.greedy as greedy_module
+import catcap.decoding.processors as processors
+import catcap.models.attention as attention
+from catcap.decoding import beam_search, greedy
+from decode import B, F, N, T, V, Bench
+
+LEVERS = ("few_queries", "allowed_check", "bf16_weights")
+
+
+def _old_check(log_probs, step):
+    if bool(torch.isneginf(log_probs).all(dim=1).any()):
+        raise ValueError("every token forbidden")
+
+
+@contextlib.contextmanager
+def lever_off(name: str):
+    """Patch catcap back to its behaviour without lever ``name`` (bf16_weights: nothing)."""
+    saved = []
+    if name == "few_queries":
+        saved.append((attention, "FEW_QUERIES", attention.FEW_QUERIES))
+        attention.FEW_QUERIES = 0
+    elif name == "allowed_check":
+        for module in (processors, greedy_module):
+            if hasattr(module, "check_some_allowed"):
+                saved.append((module, "check_some_allowed", module.check_some_allowed))
+                module.check_some_allowed = _old_check
+    try:
+        yield
+    finally:
+        for module, attr, value in saved:
+            setattr(module, attr, value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--jobs", nargs="+", default=["greedy", "beam"], choices=["greedy", "beam"])
+    parser.add_argument("--levers", nargs="+", default=list(LEVERS), choices=LEVERS)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    feats, mask = torch.randn(B, N, F), torch.ones(B, N, dtype=torch.bool)
+    captions = torch.randint(4, V, (B, T + 2))
+    bench = Bench("transformer", (feats, mask, captions), torch.device("cpu"))
+    model = bench.model.eval()
+    narrow = copy.deepcopy(model).to(torch.bfloat16).eval()
+    fns = {"greedy": (greedy, {}), "beam": (beam_search, {"beam_size": 5})}
+
+    def run(job: str, lever: str, on: bool) -> float:
+        fn, kw = fns[job]
+        use_narrow = lever == "bf16_weights" and on
+        m, x = (narrow, feats.to(torch.bfloat16)) if use_narrow else (model, feats)
+        ctx = contextlib.nullcontext() if on or lever == "bf16_weights" else lever_off(lever)
+        with ctx, torch.no_grad():
+            start = time.perf_counter()
+            fn(m, x, mask, max_len=T, processors=bench.no_eos, **kw)
+            return time.perf_counter() - start
+
+    for job in args.jobs:
+        for lever in args.levers:
+            run(job, lever, True), run(job, lever, False)  # warm-up
+            on, off = [], []
+            for r in range(args.repeats):
+                order = (True, False) if r % 2 == 0 else (False, True)
+                for state in order:
+                    (on if state else off).append(run(job, lever, state))
+            ratio = statistics.median(a / b for a, b in zip(on, off))
+            print(json.dumps({"job": job, "lever": lever, "on_s": round(statistics.median(on), 4),
+                              "off_s": round(statistics.median(off), 4), "on_over_off": round(ratio, 3),
+                              "repeats": args.repeats, "threads": 1}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
