@@ -18,23 +18,25 @@ def check_beam(beam: int) -> None:
 
 
 def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50,
-                    progress: bool = True) -> list[dict]:
+                    progress: bool = True, precision: str = "fp32") -> list[dict]:
     """COCO-format results for ``records``: [{"image_id", "caption"}] (a progress bar with rate
-    and ETA, in images)."""
+    and ETA, in images); ``precision`` bf16/fp16: decoding under that autocast."""
     import torch
 
     from catcap.data.collate import pad_regions
     from catcap.progress import progress_bar
+    from catcap.training.precision import Precision
 
     results = []
     bar = progress_bar(total=len(records), desc=f"caption (beam {beam})", unit="img", enabled=progress)
-    for i in range(0, len(records), batch_size):
-        chunk = records[i:i + batch_size]
-        regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
-        feats, mask, _ = pad_regions(regions, [None] * len(regions))
-        texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len)
-        results += [{"image_id": r.image_id, "caption": t} for r, t in zip(chunk, texts)]
-        bar.update(len(chunk))
+    with Precision(precision, captioner.device).autocast():
+        for i in range(0, len(records), batch_size):
+            chunk = records[i:i + batch_size]
+            regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
+            feats, mask, _ = pad_regions(regions, [None] * len(regions))
+            texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len)
+            results += [{"image_id": r.image_id, "caption": t} for r, t in zip(chunk, texts)]
+            bar.update(len(chunk))
     bar.close()
     return results
 
@@ -42,13 +44,16 @@ def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch
 def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: int = 5, max_len: int = 20,
                         metrics=None, dataset: str | None = None, features: str | None = None,
                         save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
-                        device: str = "auto", progress: bool = True, shard=None, dtype=None):
+                        device: str = "auto", progress: bool = True, shard=None, dtype=None,
+                        precision: str = "fp32"):
     """Caption a split with a trained model and score it like a COCO result file.
 
     Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
     ``device``: auto | cpu | cuda. ``dtype`` (fp32 | bf16 | fp16, default fp32): the weights'
     dtype while decoding (:meth:`Captioner.from_pretrained`; bf16 is the fast one on CPUs with
-    bf16 instructions, docs/distributed.md). ``shard`` (a :class:`~catcap.sharding.Shard` or ``"I/N"``;
+    bf16 instructions, docs/distributed.md). ``precision`` (fp32 | bf16 | fp16): decoding under
+    that autocast, the weights kept as they are (as ``catcap train --precision`` validates).
+    ``shard`` (a :class:`~catcap.sharding.Shard` or ``"I/N"``;
     None: the whole split; the CLI passes torchrun's rank, :func:`~catcap.sharding.resolve_shard`) captions one contiguous block of the split into the part
     :func:`~catcap.sharding.part_path` of ``save_results`` (then required). Scores need every
     caption: under torchrun rank 0 merges the parts into ``save_results`` and scores them (the
@@ -74,7 +79,8 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     store = cap.reading(open_feature_store(features))
     mine = which.take(records)
     validate_dataset(mine, store, cap.config.model.input_dim)
-    results = _decode_records(cap, mine, store, beam=beam, max_len=max_len, progress=progress)
+    results = _decode_records(cap, mine, store, beam=beam, max_len=max_len, progress=progress,
+                              precision=precision)
     if save_results:
         write_json_atomic(part_path(save_results, which), results)
     if not which.whole:

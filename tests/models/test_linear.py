@@ -169,3 +169,12 @@ def test_gradients_of_an_input_sliced_from_a_larger_tensor(onednn):
     F.linear(words[:, 2], layer.weight, layer.bias).backward(grad_out)
     for g, want in zip(got, (words.grad, layer.weight.grad)):
         torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-4)
+
+
+def test_the_onednn_self_check_passes_inside_a_bf16_autocast():
+    """The first Linear call (which runs the self-check) may come inside `catcap evaluate
+    --precision bf16`'s autocast: the check must compare fp32 with fp32 there too."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("PyTorch without oneDNN")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert lin._onednn_problem() is None

@@ -33,3 +33,12 @@ def test_evaluate_decodes_with_bf16_weights(tiny_checkpoint, tmp_path, monkeypat
 def test_dtype_needs_checkpoint(capsys):
     assert main(["evaluate", "--example", "--dtype", "bf16"]) == 2
     assert "--dtype" in capsys.readouterr().err
+
+
+def test_evaluate_decodes_under_bf16_autocast(tiny_checkpoint, tmp_path):
+    """`--precision bf16`: the same images captioned under autocast (weights stay fp32)."""
+    checkpoint, _ = tiny_checkpoint
+    out = tmp_path / "bf16.json"
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--split", "test", "--beam", "2", "--metrics", "bleu",
+                 "--device", "cpu", "--quiet", "--precision", "bf16", "--save-results", str(out)]) == 0
+    assert len(json.loads(out.read_text())) == 7

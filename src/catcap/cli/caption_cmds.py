@@ -41,6 +41,13 @@ example:
 """
 
 
+def default_workers() -> int:
+    """JPEG reading processes by default: 1 on a machine of at most 2 cores, else 2."""
+    import os
+
+    return 1 if (os.cpu_count() or 1) <= 2 else 2
+
+
 def register(sub) -> None:
     cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,8 +64,10 @@ def register(sub) -> None:
     cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
     cap.add_argument("--max-len", type=int, default=20, help="most words per caption (default 20)")
     cap.add_argument("--batch-size", type=int, default=16, help="images per batch (default 16)")
-    cap.add_argument("--workers", type=int, default=2,
-                     help="processes reading and decoding the photos (default 2; 0 = in the encoder's thread)")
+    cap.add_argument("--workers", type=int, default=default_workers(),
+                     help="processes reading and decoding the photos (default 1 on a machine with 2 cores or "
+                          "fewer, else 2; 0 = in the encoder's thread). On 2 cores, 1 worker left the encoder "
+                          "and decoder more room: 49 against 47 photos/s (benchmarks/results/pipeline.md)")
     cap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default auto)")
     cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")

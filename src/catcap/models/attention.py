@@ -95,9 +95,10 @@ class MultiHeadAttention(nn.Module):
             memory = memory[:, None]
         b, levels, m, _ = memory.shape
 
-        def split(x: Tensor) -> Tensor:
+        def split(x: Tensor) -> Tensor:  # contiguous: with one level, reshape alone returns a strided view,
+            # and every decoding step's q @ k^T then copied k (CACA: 2 x 1.3 MB per layer and step)
             return x.view(b, levels, m, self.num_heads, self.d_k).permute(0, 1, 3, 2, 4).reshape(
-                b, levels * self.num_heads, m, self.d_k)
+                b, levels * self.num_heads, m, self.d_k).contiguous()
 
         return KeyValue(split(self.k_proj(memory)), split(self.v_proj(memory)))
 
@@ -128,21 +129,14 @@ class MultiHeadAttention(nn.Module):
         return self.merge(heads), weights
 
 
-FEW_QUERIES = 8  #: up to this many queries per head, CPU attention runs as three operations
-
-
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
            need_weights: bool = False, explicit: bool = False) -> tuple[Tensor, Tensor | None]:
     """softmax(q k^T / sqrt(d_k)) v per head. q (B, H, T, d_k), k/v (B, H, M, d_k),
     mask (B, 1|T, M) or (B, H, T, M) bool, True = may attend. Every query row must be
-    allowed at least one key. PyTorch's fused kernel unless the weights are wanted,
-    ``explicit`` (scores, softmax and product as three operations), or a CPU decoding step
-    (at most :data:`FEW_QUERIES` queries per head: the fused CPU kernel took 1.5-2x as long
-    there, e.g. 0.84 against 0.54 ms for 50 images x 8 heads, 1 query, 50 regions, one thread;
-    benchmarks/results/decode.md)."""
+    allowed at least one key. PyTorch's fused kernel unless the weights are wanted or
+    ``explicit`` (scores, softmax and product as three operations)."""
     if mask is not None and mask.dim() == 3:
         mask = mask.unsqueeze(1)
-    explicit = explicit or (q.device.type == "cpu" and q.shape[-2] <= FEW_QUERIES)
     if not need_weights and not explicit:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
     scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))
