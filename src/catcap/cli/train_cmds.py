@@ -226,7 +226,8 @@ def cmd_validate(args) -> int:
 
     cfg = api.load_experiment(args.config, _with_flags(args))
     print(api.config_yaml(cfg), end="")
-    print("config OK", file=sys.stderr)
+    print("config OK: the settings parse and agree" + ("" if args.no_data else "; checking its data files ..."),
+          file=sys.stderr)
     if not args.no_data:
         for line in api.check_experiment_data(cfg):
             print(line, file=sys.stderr)
