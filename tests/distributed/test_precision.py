@@ -53,17 +53,39 @@ def test_fp16_resume_restores_the_loss_scale(dist_world, tmp_path):
 
 
 def test_bf16_decoding_agrees_with_fp32(dist_world, tmp_path):
-    """Greedy captions of the 30 test images with the fp32 weights, decoded in fp32 and under bf16
-    autocast. bf16 keeps 8 bits of mantissa, so near-ties between two words can flip; the share
-    of identical captions is what docs/distributed.md reports."""
+    """The 30 test images with the fp32 weights, in fp32 and under bf16 autocast. bf16 keeps 8
+    bits of mantissa, so near-ties between two words can flip, and one flip changes the rest of
+    a greedy caption: whole captions are a noisy measure on 30 images (77-100% identical across
+    equally trained tiny models). The check is per step: fed the fp32 greedy captions, bf16 must
+    pick the same next word almost everywhere; the share of identical captions is printed (what
+    docs/distributed.md reports, with the Flickr8k figures)."""
+    from torch.utils.data import DataLoader
+
+    from catcap.data.collate import collate_images
+    from catcap.decoding import greedy
+
     trainer = _train(dist_world, tmp_path / "m", **{"train.epochs": 2, "data.val_split": "test"})
-    data = trainer.data
-    args = (trainer.model, data.val, data.vocab, torch.device("cpu"), 10, 20)
+    data, model = trainer.data, trainer.model.eval()
+    args = (model, data.val, data.vocab, torch.device("cpu"), 10, 20)
     _, fp32, _ = decode_split(*args)
     _, bf16, _ = decode_split(*args, autocast=Precision("bf16", torch.device("cpu")).autocast)
     same = sum(a == b for a, b in zip(fp32, bf16)) / len(fp32)
     print(f"bf16 vs fp32 greedy captions identical: {same:.2%} of {len(fp32)}")
-    assert len(fp32) == 30 and same >= 0.8
+    agree = total = 0
+    batch = next(iter(DataLoader(data.val, batch_size=len(data.val), collate_fn=collate_images)))
+    with torch.no_grad():
+        out = greedy(model, batch.features, batch.feature_mask, max_len=20)
+        tokens = torch.cat([torch.full_like(out.tokens[:, :1], model.bos_id), out.tokens], dim=1)
+        real = torch.cat([torch.ones_like(out.mask[:, :1]), out.mask], dim=1)
+        picks = {}
+        for name in ("fp32", "bf16"):
+            with Precision(name, torch.device("cpu")).autocast():
+                logits, _ = model(batch.features, batch.feature_mask, tokens, real)  # predicts tokens[:, 1:]
+            picks[name] = logits.float().argmax(-1)
+        agree = int(((picks["fp32"] == picks["bf16"]) & out.mask).sum())
+        total = int(out.mask.sum())
+    print(f"bf16 picks the fp32 word at {agree} of {total} steps")
+    assert len(fp32) == 30 and agree >= 0.95 * total  # 306 of 314 (97.5%) when written
 
 
 def test_bad_precision_is_refused_before_training(dist_world, tmp_path):
