@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from catcap.features.extract import _ImageFiles, _worker_init
+from catcap.features.extract import ImageFiles, reader_worker_init
 
 QUEUE_BATCHES = 2  # encoded batches waiting for the decoder: batch k+1 encodes while batch k decodes
 
@@ -96,7 +96,7 @@ class _Items(torch.utils.data.Dataset):
     a feature-store key (``is_file[i]`` False) passes through as ``(index, None, None)``."""
 
     def __init__(self, items: Sequence[str], is_file: Sequence[bool], input_size: int):
-        self.files = _ImageFiles([Path(i) for i in items], input_size)
+        self.files = ImageFiles([Path(i) for i in items], input_size)
         self.is_file = list(is_file)
 
     def __len__(self) -> int:
@@ -120,7 +120,7 @@ def read_batches(items: Sequence[str], is_file: Sequence[bool], input_size: int,
     decoded in ``workers`` processes (0: in the calling thread)."""
     loader = torch.utils.data.DataLoader(
         _Items(items, is_file, input_size), batch_size=batch_size, num_workers=workers, collate_fn=_keep,
-        worker_init_fn=_worker_init if workers else None, prefetch_factor=2 if workers else None)
+        worker_init_fn=reader_worker_init if workers else None, prefetch_factor=2 if workers else None)
     yield from loader
 
 

@@ -112,8 +112,11 @@ def dataset_images(dataset: PathLike, images_dir: PathLike) -> tuple[list[Path],
     return paths, keys
 
 
-class _ImageFiles(torch.utils.data.Dataset):
-    """(index, tensor or None, width, height, error) per path; runs in the worker processes."""
+class ImageFiles(torch.utils.data.Dataset):
+    """(index, pixels (3, S, S) or None, width, height, error) per path: an image file read,
+    decoded and preprocessed as the encoder expects; an unreadable one gives its error instead.
+    Runs in DataLoader worker processes (with :func:`reader_worker_init`); shared by
+    ``catcap extract`` and the caption pipeline (:mod:`catcap.pipeline`)."""
 
     def __init__(self, paths: list[Path], input_size: int):
         self.paths, self.input_size = paths, input_size
@@ -136,8 +139,9 @@ def _collate(items):
     return batch, [(it[0], it[2], it[3]) for it in good], [(it[0], it[4]) for it in items if it[4] is not None]
 
 
-def _worker_init(_: int) -> None:
-    torch.set_num_threads(1)  # decoding workers must not compete with inference for cores
+def reader_worker_init(_: int) -> None:
+    """A reading worker process runs one torch thread: it must not compete with inference for cores."""
+    torch.set_num_threads(1)
 
 
 def extract_features(
@@ -269,8 +273,8 @@ def _extract_into(writer, enc, paths: list[Path], names: list[str], result: Extr
                   batch_size: int, workers: int, progress: bool) -> None:
     """Decode ``paths`` in ``workers`` processes, encode them in batches, write each batch at once."""
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(paths, enc.input_size), batch_size=batch_size,
-        num_workers=workers, collate_fn=_collate, worker_init_fn=_worker_init if workers else None,
+        ImageFiles(paths, enc.input_size), batch_size=batch_size,
+        num_workers=workers, collate_fn=_collate, worker_init_fn=reader_worker_init if workers else None,
         prefetch_factor=4 if workers else None)
     bar = _progress(len(paths), enabled=progress)
     try:
