@@ -74,7 +74,6 @@ class Bench:
 
             self.decoder_model = copy.deepcopy(self.model).to(torch.bfloat16)
             self.decoder_feats = self.feats.to(torch.bfloat16)
-        self.weights_bf16 = precision == "bf16-weights"
 
     def greedy(self):
         self._decode(greedy)
@@ -84,7 +83,7 @@ class Bench:
 
     def _decode(self, fn, **kw):
         self.decoder_model.eval()
-        if self.weights_bf16:  # bf16 weights, no autocast
+        if self.decoder_model is not self.model:  # bf16 weights, no autocast
             with torch.no_grad():
                 fn(self.decoder_model, self.decoder_feats, self.mask, max_len=T, processors=self.no_eos, **kw)
             return

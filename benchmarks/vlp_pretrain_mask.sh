@@ -8,9 +8,8 @@
 set -euo pipefail
 world=${1:-runs/world}
 out=${2:-runs/vlp_lr}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-data=(data.dataset=$world/dataset_shapes.json data.features=$world/features.h5 data.min_count=1 train.progress=false
-      train.batch_size=50 train.schedule.warmup=600)
+source "$(dirname "$0")/vlp_common.sh"
+shapes_data "$world"
 [ -e $out/pre_s2s/last ] || catcap train --config configs/models/vlp_small.yaml "${data[@]}" train.mlm.enabled=true \
     train.mlm.seq2seq_ratio=1.0 train.epochs=4 out_dir=$out/pre_s2s
 for factor in 1.0 0.25; do

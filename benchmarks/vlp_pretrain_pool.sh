@@ -8,17 +8,10 @@
 # Usage: bash benchmarks/vlp_pretrain_pool.sh OUT_DIR
 set -euo pipefail
 out=${1:-runs/vlp_pool}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+source "$(dirname "$0")/vlp_common.sh"
 world=$out/world
 [ -e $world/features.h5 ] || catcap synth --out $world --train 20000 --val 250 --test 250
-python - "$world/dataset_shapes.json" "$out/dataset_pool.json" <<'PY'
-import json, sys
-data = json.load(open(sys.argv[1]))
-train = [im for im in data["images"] if im["split"] == "train"]
-for im in train[:3000]:
-    im["split"] = "few"
-json.dump(data, open(sys.argv[2], "w"))
-PY
+mark_few "$world/dataset_shapes.json" "$out/dataset_pool.json" 3000
 common=(data.features=$world/features.h5 data.min_count=1 train.progress=false train.batch_size=50)
 # pre-training reads every training caption (the original split file: all 20,000 images)
 [ -e $out/pre/last ] || catcap train --config configs/models/vlp_small.yaml "${common[@]}" data.dataset=$world/dataset_shapes.json \

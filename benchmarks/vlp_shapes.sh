@@ -9,9 +9,8 @@
 set -euo pipefail
 world=${1:-runs/demo/world}
 out=${2:-runs/vlp_shapes}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-data=(data.dataset=$world/dataset_shapes.json data.features=$world/features.h5 data.min_count=1 train.progress=false
-      train.batch_size=50 train.schedule.warmup=600)
+source "$(dirname "$0")/vlp_common.sh"
+shapes_data "$world"
 catcap train --config configs/models/vlp_small.yaml "${data[@]}" train.mlm.enabled=true train.epochs=4 out_dir=$out/pre
 catcap train --config configs/models/vlp_small.yaml "${data[@]}" train.init_from=$out/pre/last train.epochs=4 out_dir=$out/caption_pre
 catcap train --config configs/models/vlp_small.yaml "${data[@]}" train.epochs=8 out_dir=$out/caption_only
@@ -27,14 +26,7 @@ done
 # Few labelled images: pre-training on all 3,000 training images' captions helps most where
 # captions to fine-tune on are few. A copy of the split file marks the first 300 training images
 # "few"; captioning on them (12 epochs) from the pre-trained weights vs from new weights.
-python - "$world/dataset_shapes.json" "$out/dataset_few.json" <<'PY'
-import json, sys
-data = json.load(open(sys.argv[1]))
-train = [im for im in data["images"] if im["split"] == "train"]
-for im in train[:300]:
-    im["split"] = "few"
-json.dump(data, open(sys.argv[2], "w"))
-PY
+mark_few "$world/dataset_shapes.json" "$out/dataset_few.json" 300
 few=(data.dataset=$out/dataset_few.json data.features=$world/features.h5 data.min_count=1 data.train_split=few
      train.progress=false train.batch_size=50 train.schedule.warmup=150 train.epochs=12)
 catcap train --config configs/models/vlp_small.yaml "${few[@]}" train.init_from=$out/pre/last out_dir=$out/few_pre

@@ -6,7 +6,8 @@ uniquely named hidden temporary file in the target's folder (the same file syste
 permissions a plain ``open(path, "w")`` would give (``mkstemp`` alone makes files private), and
 is renamed over the target. On any error, Ctrl-C included, the temporary file is removed and
 the target is left as it was. Folders (checkpoints, worlds, feature stores) are swapped whole
-by their writers on top of this (``catcap.folders``, ``training.checkpoint``).
+by their writers on top of this (``catcap.folders``, ``training.checkpoint``). The written
+files are identified by :func:`sha256_file` (checkpoints, zoo cards, caption outputs).
 
 This module imports nothing else of catcap but :mod:`catcap.faults` (a leaf too), so every layer
 may use it, ``catcap.metrics`` too. Fault point ``atomic.before_rename``: the data is written and
@@ -15,6 +16,7 @@ flushed under the temporary name, the rename not done (``docs/reliability.md``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -109,3 +111,13 @@ def fsync_file(path: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 hex digest of a file's bytes (read in 1 MiB blocks): checkpoints, zoo cards and
+    caption outputs identify weights by it."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -7,11 +7,11 @@ See docs/pipeline.md for the design (stages, queues, threads, resume) and its me
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from catcap.atomic import sha256_file
 from catcap.pipeline import Caption, caption_batches
 from catcap.progress import progress_bar
 
@@ -86,13 +86,7 @@ def _open_store(cap, features: Optional[str], keys_of: list[str]):
 def weights_sha256(folder) -> Optional[str]:
     """sha256 of ``folder/model.safetensors`` (the model's identity in a partial output)."""
     path = Path(folder) / "model.safetensors"
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path) if path.is_file() else None
 
 
 def expand_image_folders(items: Sequence[str]) -> list[str]:

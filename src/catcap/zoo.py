@@ -18,7 +18,6 @@ captioner imports it); captioning with a zoo model lives in ``catcap.api``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -32,7 +31,7 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from catcap.atomic import NEW_FILE_MODE, fsync_file
+from catcap.atomic import NEW_FILE_MODE, fsync_file, sha256_file
 from catcap.folders import building_folder
 from catcap.training.checkpoint import load_checkpoint
 from catcap.zoo_card import model_card
@@ -68,14 +67,6 @@ def is_zoo_folder(folder: str | Path) -> bool:
         return json.loads(path.read_text(encoding="utf-8")).get("format") == FORMAT
     except (ValueError, AttributeError):
         return False
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- the card

@@ -17,6 +17,7 @@ Ids keep their JSON type (``42`` and ``"42"`` are different images), as in the f
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import sqlite3
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from catcap.cache import cache_root
 from catcap.metrics.files import ImageId, decode_json, load_references, parse_references
@@ -108,18 +109,12 @@ def _write_index(index: Path, stamp: tuple, refs: dict[ImageId, list[str]]) -> N
         Path(tmp).unlink(missing_ok=True)
 
 
-class _connect:
-    """``with _connect(target) as db``: an SQLite connection committed and closed on exit."""
-
-    def __init__(self, target: str):
-        self.db = sqlite3.connect(target, uri=target.startswith("file:"))
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.db
-
-    def __exit__(self, kind, *_):
-        try:
-            if kind is None:
-                self.db.commit()
-        finally:
-            self.db.close()
+@contextlib.contextmanager
+def _connect(target: str) -> Iterator[sqlite3.Connection]:
+    """``with _connect(target) as db``: an SQLite connection, committed on success and closed."""
+    db = sqlite3.connect(target, uri=target.startswith("file:"))
+    try:
+        with db:  # commits, or rolls back on an error
+            yield db
+    finally:
+        db.close()

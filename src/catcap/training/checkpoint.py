@@ -35,7 +35,7 @@ from safetensors.torch import load as load_tensor_bytes
 from safetensors.torch import save_file
 
 from catcap import faults
-from catcap.atomic import NEW_FILE_MODE, fsync_file
+from catcap.atomic import NEW_FILE_MODE, fsync_file, sha256_file
 from catcap.folders import building_folder, restore_aside
 
 TENSOR = "__tensor__"
@@ -94,7 +94,7 @@ def save_checkpoint(directory: str | Path, *, model: torch.nn.Module, config: di
         faults.point("checkpoint.after_trainer")
         meta = json.loads(json.dumps({"format": FORMAT, "config": config, "features": features or {},
                                       "workdir": workdir}))  # as it will read back (tuples -> lists, ...)
-        meta["sha256"] = {f.name: _sha256_file(f) for f in sorted(tmp.iterdir())}
+        meta["sha256"] = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
         meta["sha256"]["content"] = _content_sha256(meta)
         _write_json(tmp / "config.json", meta)
         faults.point("checkpoint.after_config")
@@ -123,14 +123,6 @@ def _content_sha256(meta: dict) -> str:
     """sha256 of config.json's own content (canonical JSON of :data:`HASHED_META`)."""
     part = {k: meta.get(k) for k in HASHED_META}
     return hashlib.sha256(json.dumps(part, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _publish(tmp: Path) -> None:
