@@ -160,7 +160,8 @@ def analyze_history(checkpoints, out_dir, **kwargs):
 
 
 def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: str | None = None, beam: int = 3,
-            max_len: int = 20, device: str = "auto", zoo: str | Path | None = None) -> list[tuple[str, str]]:
+            max_len: int = 20, device: str = "auto", zoo: str | Path | None = None,
+            length_penalty: float = 0.0) -> list[tuple[str, str]]:
     """Captions for images. ``checkpoint``: a checkpoint folder, a zoo folder or name, a Hugging
     Face Hub id (``Captioner.from_pretrained``), or None for the bundled model
     (:func:`bundled_model`; ``zoo``: another zoo folder). A model trained on `catcap extract`
@@ -169,8 +170,10 @@ def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: st
     ``runs/demo/world/images/12.png``). A folder stands for its image files (sorted by name). An
     item that names an image file (a path or an image suffix) that does not exist, or a folder
     without images, is an error before anything runs; an image that cannot be read is an error
-    too (:func:`caption_stream` reports it and goes on). Returns [(item, caption)]."""
-    job = prepare_caption(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo)
+    too (:func:`caption_stream` reports it and goes on). ``length_penalty``: beam hypotheses
+    ranked by ``sum log p / length ** length_penalty`` (0: plain sums). Returns [(item, caption)]."""
+    job = prepare_caption(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo,
+                          length_penalty=length_penalty)
     try:
         out = []
         for c in caption_stream(job, progress=False):
@@ -184,7 +187,7 @@ def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: st
 
 def prepare_caption(checkpoint: str | Path | None, items: Sequence[str], *, features: str | None = None,
                     beam: int = 3, max_len: int = 20, device: str = "auto", zoo: str | Path | None = None,
-                    shard=None):
+                    shard=None, length_penalty: float = 0.0):
     """The captioner loaded and ``items`` checked, ready to caption (a ``catcap.caption_run.
     CaptionJob``; arguments as :func:`caption`); ``shard`` (a ``catcap.sharding.Shard``) keeps
     its block of the expanded items."""
@@ -192,7 +195,7 @@ def prepare_caption(checkpoint: str | Path | None, items: Sequence[str], *, feat
 
     take = None if shard is None or shard.whole else shard.take
     return prepare(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo,
-                   take=take)
+                   take=take, length_penalty=length_penalty)
 
 
 def caption_stream(job, *, progress: bool = True, batch_size: int = 16, workers: int = 2, pipelined: bool = True,

@@ -21,8 +21,8 @@ PROGRESS_FROM = 32  # a bar for more images than this (a handful of photos capti
 @dataclass
 class CaptionJob:
     """A loaded captioner and what it captions: ``items`` (as given, folders expanded),
-    ``is_file[i]`` (read from pixels, else a key of ``store``), decoding ``beam`` and
-    ``max_len``; ``settings`` identify the results (recorded in a partial output)."""
+    ``is_file[i]`` (read from pixels, else a key of ``store``), decoding ``beam``, ``max_len``
+    and ``length_penalty``; ``settings`` identify the results (recorded in a partial output)."""
 
     cap: object
     items: list[str]
@@ -31,13 +31,15 @@ class CaptionJob:
     beam: int = 3
     max_len: int = 20
     settings: dict = field(default_factory=dict)
+    length_penalty: float = 0.0
 
     def batches(self, start: int = 0, *, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
                 threads: Optional[int] = None) -> Iterator[list[Caption]]:
         """Captions of ``items[start:]``, one list per batch, in input order (see
         :func:`catcap.pipeline.caption_batches`)."""
         yield from caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
-                                   beam=self.beam, max_len=self.max_len, batch_size=batch_size,
+                                   beam=self.beam, max_len=self.max_len, length_penalty=self.length_penalty,
+                                   batch_size=batch_size,
                                    workers=workers, pipelined=pipelined, threads=threads)
 
     def close(self) -> None:
@@ -46,14 +48,16 @@ class CaptionJob:
 
 
 def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None, beam: int = 3, max_len: int = 20,
-            device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None) -> CaptionJob:
+            device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None,
+            length_penalty: float = 0.0) -> CaptionJob:
     """Load the captioner and check the items before anything runs (see ``catcap.api.caption``).
     ``take``: keeps a part of the expanded items (a shard's block)."""
     from catcap import zoo as model_zoo
     from catcap.captioner import Captioner
-    from catcap.evaluation import check_beam
+    from catcap.evaluation import check_beam, check_length_penalty
 
     check_beam(beam)
+    check_length_penalty(length_penalty)
     if max_len < 1:
         raise ValueError(f"expected --max-len >= 1 (words per caption), found {max_len}")
     items = expand_image_folders(items)
@@ -69,7 +73,9 @@ def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None,
     store = _open_store(cap, features, [i for i, f in zip(items, is_file) if not f])
     settings = {"model_sha256": weights_sha256(folder), "beam": beam, "max_len": max_len,
                 "features": None if all(is_file) else str(features or cap.data_file("features"))}
-    return CaptionJob(cap, items, is_file, store, beam, max_len, settings)
+    if length_penalty:  # only when set: partial outputs of earlier versions (no such key) still continue
+        settings["length_penalty"] = length_penalty
+    return CaptionJob(cap, items, is_file, store, beam, max_len, settings, length_penalty)
 
 
 def _open_store(cap, features: Optional[str], keys_of: list[str]):

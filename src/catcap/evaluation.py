@@ -17,10 +17,17 @@ def check_beam(beam: int) -> None:
         raise ValueError(f"the beam size must be >= 1 (1 = greedy), got {beam}")
 
 
+def check_length_penalty(length_penalty: float) -> None:
+    if not 0.0 <= length_penalty <= 5.0:
+        raise ValueError(f"the length penalty must be between 0 (plain log-probability sums) and 5, "
+                         f"got {length_penalty}; 0.5-1.0 favours longer captions mildly")
+
+
 def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50,
-                    progress: bool = True, precision: str = "fp32") -> list[dict]:
+                    progress: bool = True, precision: str = "fp32", length_penalty: float = 0.0) -> list[dict]:
     """COCO-format results for ``records``: [{"image_id", "caption"}] (a progress bar with rate
-    and ETA, in images); ``precision`` bf16/fp16: decoding under that autocast."""
+    and ETA, in images); ``precision`` bf16/fp16: decoding under that autocast;
+    ``length_penalty``: beam scores ``sum log p / length ** length_penalty`` (0: plain sums)."""
     import torch
 
     from catcap.data.collate import pad_regions
@@ -34,7 +41,8 @@ def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch
             chunk = records[i:i + batch_size]
             regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
             feats, mask, _ = pad_regions(regions, [None] * len(regions))
-            texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len)
+            texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len,
+                                       length_penalty=length_penalty)
             results += [{"image_id": r.image_id, "caption": t} for r, t in zip(chunk, texts)]
             bar.update(len(chunk))
     bar.close()
@@ -45,7 +53,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
                         metrics=None, dataset: str | None = None, features: str | None = None,
                         save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
                         device: str = "auto", progress: bool = True, shard=None, dtype=None,
-                        precision: str = "fp32"):
+                        precision: str = "fp32", length_penalty: float = 0.0):
     """Caption a split with a trained model and score it like a COCO result file.
 
     Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
@@ -53,6 +61,8 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     dtype while decoding (:meth:`Captioner.from_pretrained`; bf16 is the fast one on CPUs with
     bf16 instructions, docs/distributed.md). ``precision`` (fp32 | bf16 | fp16): decoding under
     that autocast, the weights kept as they are (as ``catcap train --precision`` validates).
+    ``length_penalty`` (beam search only): hypotheses ranked by ``sum log p / length ** lp``
+    (length counts ``<eos>``); 0, the default, ranks by plain log-probability sums.
     ``shard`` (a :class:`~catcap.sharding.Shard` or ``"I/N"``;
     None: the whole split; the CLI passes torchrun's rank, :func:`~catcap.sharding.resolve_shard`) captions one contiguous block of the split into the part
     :func:`~catcap.sharding.part_path` of ``save_results`` (then required). Scores need every
@@ -68,6 +78,9 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     from catcap.sharding import Shard, parse_shard, part_path
 
     check_beam(beam)
+    check_length_penalty(length_penalty)
+    if max_len < 1:
+        raise ValueError(f"the longest caption (--max-len) must be >= 1 word, got {max_len}")
     which = shard if isinstance(shard, Shard) else parse_shard(shard) if shard else Shard()
     if not which.whole and not save_results:
         raise ValueError(f"a sharded evaluation (shard {which}) needs --save-results RESULTS.json: each shard "
@@ -80,7 +93,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     mine = which.take(records)
     validate_dataset(mine, store, cap.config.model.input_dim)
     results = _decode_records(cap, mine, store, beam=beam, max_len=max_len, progress=progress,
-                              precision=precision)
+                              precision=precision, length_penalty=length_penalty)
     if save_results:
         write_json_atomic(part_path(save_results, which), results)
     if not which.whole:

@@ -127,8 +127,9 @@ def read_batches(items: Sequence[str], is_file: Sequence[bool], input_size: int,
 class Stages:
     """Stages 2 and 3 for one captioner: ``encode`` a read batch, ``decode`` an encoded one."""
 
-    def __init__(self, cap, *, store=None, beam: int = 3, max_len: int = 20):
+    def __init__(self, cap, *, store=None, beam: int = 3, max_len: int = 20, length_penalty: float = 0.0):
         self.cap, self.store, self.beam, self.max_len = cap, store, beam, max_len
+        self.length_penalty = length_penalty
 
     @torch.inference_mode()
     def encode(self, items: Sequence[str], batch) -> EncodedBatch:
@@ -154,8 +155,8 @@ class Stages:
         """Encoded batch -> one :class:`Caption` per item, in order (beam search over the
         readable ones as one batch)."""
         good = [j for j, f in enumerate(batch.features) if f is not None]
-        texts = self.cap.generate([batch.features[j] for j in good], num_beams=self.beam,
-                                  max_length=self.max_len) if good else []
+        texts = self.cap.generate([batch.features[j] for j in good], num_beams=self.beam, max_length=self.max_len,
+                                  length_penalty=self.length_penalty) if good else []
         by_index = dict(zip(good, texts))
         return [Caption(item, by_index.get(j), batch.errors[j]) for j, item in enumerate(batch.items)]
 
@@ -216,7 +217,7 @@ def in_background(produce: Callable[[], Iterator], *, maxsize: int = QUEUE_BATCH
 
 def caption_batches(cap, items: Sequence[str], is_file: Sequence[bool], *, store=None, beam: int = 3,
                     max_len: int = 20, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
-                    threads: Optional[int] = None) -> Iterator[list[Caption]]:
+                    threads: Optional[int] = None, length_penalty: float = 0.0) -> Iterator[list[Caption]]:
     """Caption ``items`` (``is_file[i]``: an image file to read, else a key of ``store``) in
     batches of ``batch_size``; yields each batch's :class:`Caption` list in input order.
 
@@ -230,7 +231,7 @@ def caption_batches(cap, items: Sequence[str], is_file: Sequence[bool], *, store
         return
     if len(items) <= batch_size:
         workers = 0  # one batch: starting worker processes would cost more than they save
-    stages = Stages(cap, store=store, beam=beam, max_len=max_len)
+    stages = Stages(cap, store=store, beam=beam, max_len=max_len, length_penalty=length_penalty)
     input_size = cap.image_encoder.input_size if any(is_file) else 0
 
     def encoded() -> Iterator[EncodedBatch]:

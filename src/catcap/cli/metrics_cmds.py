@@ -64,6 +64,11 @@ def register(sub) -> None:
     ev.add_argument("--checkpoint", metavar="DIR", help="caption --split (default test) of the checkpoint's dataset "
                     "with this trained model, then score it")
     ev.add_argument("--beam", type=int, help="with --checkpoint: beam size (default 5)")
+    ev.add_argument("--length-penalty", type=float, metavar="LP",
+                    help="with --checkpoint and --beam > 1: rank finished hypotheses by sum log p / length ** LP "
+                         "(default 0: plain sums, which favour short captions; 1 = the mean log-probability per word)")
+    ev.add_argument("--max-len", type=int, metavar="N",
+                    help="with --checkpoint: the longest caption in words (default 20)")
     ev.add_argument("--device", choices=["auto", "cpu", "cuda"],
                     help="with --checkpoint: where the model runs (default auto: CUDA when there is one)")
     ev.add_argument("--dtype", choices=["fp32", "bf16", "fp16"],
@@ -101,7 +106,8 @@ def cmd_evaluate(args) -> int:
     checkpoint_only = [flag for flag, value in (("--beam", args.beam), ("--device", args.device),
                        ("--save-results", args.save_results), ("--features", args.features),
                        ("--shard", args.shard), ("--dtype", args.dtype),
-                       ("--precision", args.precision)) if value is not None]
+                       ("--precision", args.precision),
+                       ("--length-penalty", args.length_penalty), ("--max-len", args.max_len)) if value is not None]
     if args.checkpoint and (args.results or args.example):
         raise ValueError("give --checkpoint (caption a split, then score it) or --results/--example "
                          "(score captions you have), not both")
@@ -115,7 +121,9 @@ def cmd_evaluate(args) -> int:
                                         save_results=args.save_results, corenlp_dir=args.corenlp,
                                         log=log_to_stderr(args.quiet), device=args.device or "auto",
                                         progress=not args.quiet, shard=resolve_shard(args.shard),
-                                        dtype=args.dtype, precision=args.precision or "fp32")
+                                        dtype=args.dtype, precision=args.precision or "fp32",
+                                        max_len=20 if args.max_len is None else args.max_len,
+                                        length_penalty=args.length_penalty or 0.0)
         if ev is None:  # a shard: its part is written; the scores come from the merged file
             return _shard_done(args)
         print_table(ev)
