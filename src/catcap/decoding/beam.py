@@ -122,11 +122,9 @@ def beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 
         if step == max_len:
             scores = force_token(scores, torch.ones_like(done).repeat_interleave(k), model.eos_id,
                                  log_probs[:, model.eos_id])
-        cand_sums, cand = (sums.view(-1, 1) + scores).view(b, -1).topk(2 * k, dim=1)  # (B, 2K)
-        vocab = scores.shape[1]
-        rows = first_row + torch.div(cand, vocab, rounding_mode="floor")  # (B, 2K) source rows
-        cand_tokens = cand % vocab
-        cand_lp = log_probs.view(b, -1).gather(1, cand)
+        cand_sums, source, cand_tokens = _candidates(sums, scores)  # (B, 2K) each
+        rows = first_row + source  # (B, 2K) source rows
+        cand_lp = log_probs.view(b, -1).gather(1, source * scores.shape[1] + cand_tokens)
         pool = pool.merged(_finished(cand_sums, cand_tokens, cand_lp, rows, history, history_lp,
                                      done, step, max_len, length_penalty, model))
         exhausted = torch.isneginf(cand_sums[:, 0]) & ~done  # no open beam of the image can go on
@@ -141,6 +139,21 @@ def beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 
             break
         state = state.reorder(rows)
     return _output(pool, num_return)
+
+
+def _candidates(sums: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Beam sums (B, K) and processed scores (B*K, V) -> the 2K best continuations of each
+    image, best first: their sums (B, 2K), source beams and tokens (B, 2K).
+
+    In two top-k's: each beam's own 2K best tokens (adding the beam's sum to a row keeps its
+    order), then the image's 2K best of those K x 2K. These are the candidates of one top-k over
+    all K x V sums (the same values, bit for bit), without writing the (B*K, V) sums: one pass
+    over the vocabulary less per step."""
+    b, k = sums.shape
+    width = min(2 * k, scores.shape[1])
+    top, tokens = scores.topk(width, dim=1)  # (B*K, width)
+    cand_sums, pos = (sums.view(-1, 1) + top).view(b, -1).topk(2 * k, dim=1)
+    return cand_sums, torch.div(pos, width, rounding_mode="floor"), tokens.view(b, -1).gather(1, pos)
 
 
 def _check_candidates(exhausted: Tensor, pool: Pool, step: int) -> None:
