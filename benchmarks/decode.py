@@ -184,8 +184,10 @@ def run(benches: list[Bench], args, precision: str) -> None:
 
 def add_floors(result: dict, args) -> None:
     """``{job}_floor_s`` (the job's matrix products alone, gemm_floor.py) and ``{job}_floor_ratio``
-    (the job's median time over it), for the paper-size Transformer."""
-    from gemm_floor import floor
+    (the job's median time over it), for the paper-size Transformer; ``{job}_attention_floor_s``
+    (its attention kernels alone) and ``{job}_floor_ratio_with_attention`` (the median time over
+    products + attention)."""
+    from gemm_floor import attention_floor, floor
 
     if result["model"] != "transformer" or args.device != "cpu":
         raise SystemExit("--floors needs --device cpu and transformer as the first model: the floors are its products")
@@ -193,6 +195,9 @@ def add_floors(result: dict, args) -> None:
         seconds, _ = floor(job, max(5, args.repeats))
         result[f"{job}_floor_s"] = round(seconds, 4)
         result[f"{job}_floor_ratio"] = round(result[f"{job}_s"] / seconds, 3)
+        attention = attention_floor(job, max(3, args.repeats))
+        result[f"{job}_attention_floor_s"] = round(attention, 4)
+        result[f"{job}_floor_ratio_with_attention"] = round(result[f"{job}_s"] / (seconds + attention), 3)
 
 
 if __name__ == "__main__":

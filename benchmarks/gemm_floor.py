@@ -11,10 +11,18 @@ layers, vocab 10,000), each on its own with the bias, and adds them up with thei
   product forward *and* backward (the gradients of the input and of the weight; the feature
   projection's input needs none).
 
-Attention products, softmax, LayerNorms, beam bookkeeping, the optimizer and everything else
-come on top, so no implementation with the same products can be faster than these sums on this
-machine; ``decode.py --floors`` prints each job's ratio to its floor, measured in the same run.
-Prints one JSON line per shape and one with the totals.
+LayerNorms, the vocabulary softmax, beam bookkeeping, the optimizer and everything else come on
+top, so no implementation with the same products can be faster than these sums on this machine;
+``decode.py --floors`` prints each job's ratio to its floor, measured in the same run.
+
+``--attention`` (and ``decode.py --floors``) also times the jobs' attention kernels alone, the
+other part of the specified computation that is more than element-wise: every encoder
+self-attention, every decoder step's self-attention over the keys/values so far (1..17
+positions) and cross attention over the 50 regions (in beam search a group of 5 queries per
+image, as catcap attends), forward and backward for the training step; one set of keys/values
+per layer, so each step reads them from memory as decoding must. PyTorch's fused CPU kernel
+(``scaled_dot_product_attention``) runs them. The sum of both is the ``products + attention``
+floor. Prints one JSON line per shape and one with the totals.
 
 The products run as catcap's Linear layers run them (``catcap.models.linear``): through
 oneDNN where catcap picks it (a non-Intel CPU with AVX-512), else through PyTorch (MKL).
@@ -112,16 +120,75 @@ def floor(job: str, repeats: int, log=None) -> tuple[float, float]:
     return total, flops / 1e9
 
 
+def attention_shapes(job: str) -> list[tuple[str, int, int, int, int, int, bool]]:
+    """(what, batch, queries, keys, count, layers, causal) of every attention of one ``job``
+    (heads H and d_k from the preset); ``count`` calls per layer."""
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r}: expected one of {', '.join(JOBS)}")
+    layers = load_config(ExperimentConfig, PRESETS / "transformer.yaml").model.decoder_layers
+    rows = [("encoder self-attention", B, N, N, 1, layers, False)]
+    if job == "train_step":
+        return rows + [("decoder self-attention (causal)", B, STEPS, STEPS, 1, layers, True),
+                       ("decoder cross attention", B, STEPS, N, 1, layers, False)]
+    beams = [(B, 1, range(STEPS))] if job == "greedy" else [(B, 1, (0,)), (B * BEAM, BEAM, range(1, STEPS))]
+    for hyps, group, steps in beams:
+        for t in steps:
+            rows.append((f"decoder self-attention, {t + 1} keys", hyps, 1, t + 1, 1, layers, False))
+        rows.append((f"decoder cross attention, {group} queries per image", B, group, N, len(steps), layers, False))
+    return rows
+
+
+def attention_seconds(batch: int, queries: int, keys: int, layers: int, repeats: int,
+                      backward: bool = False, causal: bool = False) -> float:
+    """One fused attention call of (batch, H, queries, d_k) over (batch, H, keys, d_k), the
+    ``layers`` calls cycling over their own keys/values (as a decoder's layers read theirs)."""
+    m = load_config(ExperimentConfig, PRESETS / "transformer.yaml").model
+    heads, d_k = m.num_heads, m.d_model // m.num_heads
+    sets = [[torch.randn(batch, heads, n, d_k, requires_grad=backward) for n in (queries, keys, keys)]
+            for _ in range(layers)]
+    mask = None if causal else torch.ones(batch, 1, 1, keys, dtype=torch.bool)  # catcap passes a region mask
+
+    def once(q, k, v):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        if backward:
+            out.backward(torch.ones_like(out))
+
+    for qkv in sets:
+        once(*qkv)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for qkv in sets:
+            once(*qkv)
+    return (time.perf_counter() - start) / (repeats * layers)
+
+
+def attention_floor(job: str, repeats: int, log=None) -> float:
+    """Seconds of all of ``job``'s attention kernels, one thread (``log``: per shape)."""
+    total = 0.0
+    for what, batch, queries, keys, count, layers, causal in attention_shapes(job):
+        each = attention_seconds(batch, queries, keys, layers, repeats, job == "train_step", causal)
+        total += each * count * layers
+        if log:
+            log({"job": job, "attention": what, "batch": batch, "queries": queries, "keys": keys,
+                 "count": count * layers, "ms_each": round(each * 1e3, 3), "s_total": round(each * count * layers, 4)})
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
+    parser.add_argument("--attention", action="store_true", help="also time the attention kernels alone")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    show = lambda row: print(json.dumps(row), flush=True)  # noqa: E731
     for job in args.jobs:
-        total, gflop = floor(job, args.repeats, log=lambda row: print(json.dumps(row), flush=True))
-        print(json.dumps({"job": job, "matrix_products_s": round(total, 3), "gflop": round(gflop, 1),
-                          "threads": 1, "backend": cpu_gemm_backend()}), flush=True)
+        total, gflop = floor(job, args.repeats, log=show)
+        row = {"job": job, "matrix_products_s": round(total, 3), "gflop": round(gflop, 1)}
+        if args.attention:
+            att = attention_floor(job, max(3, args.repeats // 3), log=show)
+            row.update(attention_s=round(att, 3), products_plus_attention_s=round(total + att, 3))
+        show({**row, "threads": 1, "backend": cpu_gemm_backend()})
 
 
 if __name__ == "__main__":

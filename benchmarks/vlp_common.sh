@@ -20,3 +20,16 @@ for im in train[:int(sys.argv[3])]:
 json.dump(data, open(sys.argv[2], "w"))
 PY
 }
+
+# mark_pool SPLIT_IN SPLIT_OUT N: a copy of a split file whose training images after the first N are
+# in a split of their own, "pool" (unlabelled for a fine-tuning that reads the "train" split).
+mark_pool() {
+  python - "$1" "$2" "$3" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+train = [im for im in data["images"] if im["split"] == "train"]
+for im in train[int(sys.argv[3]):]:
+    im["split"] = "pool"
+json.dump(data, open(sys.argv[2], "w"))
+PY
+}

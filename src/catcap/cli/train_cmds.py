@@ -44,7 +44,8 @@ configs/models/aoanet.yaml (label smoothing 0.2, train.grad_clip_mode=value clam
 gradient at train.grad_clip): aoanet_caca.yaml, aoanet_light_caca.yaml; docs/aoanet.md.
 model.encoder=vlp_regions model.decoder=vlp is VLP's one-stream model (model.decoder_layers
 shared layers; configs/models/vlp_small.yaml, vlp.yaml); train.mlm.enabled=true pre-trains it by
-masked-token prediction (train.mlm.rate, seq2seq_ratio), train.init_from=<that run>/last then
+masked-token prediction (train.mlm.rate, seq2seq_ratio; at D=256 with train.schedule.factor=0.25:
+the default rate makes pre-training hurt, benchmarks/results/vlp.md), train.init_from=<that run>/last then
 fine-tunes it for captions, and `catcap vqa` for questions; its region embedding adds box
 geometry with model.region_geometry=true and, on catcap extract grids, each cell's ImageNet
 class probabilities with model.region_classes=efficientnet-lite0 (the extracting encoder); docs/vlp.md.

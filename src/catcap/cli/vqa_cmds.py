@@ -15,7 +15,8 @@ type), or ask it about one image of the feature store.
 
 examples:
   catcap train --config configs/models/vlp_small.yaml data.dataset=runs/demo/world/dataset_shapes.json \\
-      data.features=runs/demo/world/features.h5 train.mlm.enabled=true out_dir=runs/vlp_pre
+      data.features=runs/demo/world/features.h5 train.mlm.enabled=true train.schedule.factor=0.25 \\
+      out_dir=runs/vlp_pre
   catcap vqa train --checkpoint runs/vlp_pre/best --out runs/vqa --epochs 10
   catcap vqa evaluate --model runs/vqa/best --split test --output runs/vqa/test.json
   catcap vqa ask --model runs/vqa/best --image 3251 "what color is the star?"

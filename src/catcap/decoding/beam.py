@@ -143,17 +143,13 @@ def beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 
 
 def _candidates(sums: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Beam sums (B, K) and processed scores (B*K, V) -> the 2K best continuations of each
-    image, best first: their sums (B, 2K), source beams and tokens (B, 2K).
-
-    In two top-k's: each beam's own 2K best tokens (adding the beam's sum to a row keeps its
-    order), then the image's 2K best of those K x 2K. These are the candidates of one top-k over
-    all K x V sums (the same values, bit for bit), without writing the (B*K, V) sums: one pass
-    over the vocabulary less per step."""
+    image, best first: their sums (B, 2K), source beams and tokens (B, 2K): one top-k over all
+    K x V sums. (Two top-k's, each beam's 2K best tokens first, pick the same candidates without
+    writing the (B*K, V) sums, but measured no faster: benchmarks/decode_levers.py, two_topk.)"""
     b, k = sums.shape
-    width = min(2 * k, scores.shape[1])
-    top, tokens = scores.topk(width, dim=1)  # (B*K, width)
-    cand_sums, pos = (sums.view(-1, 1) + top).view(b, -1).topk(2 * k, dim=1)
-    return cand_sums, torch.div(pos, width, rounding_mode="floor"), tokens.view(b, -1).gather(1, pos)
+    vocab = scores.shape[1]
+    cand_sums, cand = (sums.view(-1, 1) + scores).view(b, -1).topk(2 * k, dim=1)
+    return cand_sums, torch.div(cand, vocab, rounding_mode="floor"), cand % vocab
 
 
 def _check_candidates(exhausted: Tensor, pool: Pool, step: int) -> None:
