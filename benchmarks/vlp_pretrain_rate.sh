@@ -8,6 +8,8 @@
 #     its new-weights arm, few_new, is the control);
 #   - captioning on only 300 labelled images, 12 epochs (360 steps, 150 warm-up) at factor 0.25,
 #     from the low-rate pre-training, from the factor-1 pre-training, and from new weights.
+# Then (parts 2 and 3 below) new-weights controls with as many steps in all, and VQA from the
+# 3,000 and from 300 labelled images. Results: benchmarks/results/vlp.md. Runs for about 2.5 hours.
 # Needs the world and runs of vlp_pretrain_pool.sh in OUT_DIR. vlp_small, one thread.
 # Usage: bash benchmarks/vlp_pretrain_rate.sh OUT_DIR   (default runs/vlp_pool)
 set -euo pipefail
@@ -56,5 +58,20 @@ vqa=(--dataset $out/dataset_vqa.json --no-progress)
 [ -e $out/vqa_new_long/best ] || catcap vqa train --checkpoint $out/pre_lo/last --fresh --out $out/vqa_new_long \
     --epochs 7 "${vqa[@]}"
 for run in vqa_pre_lo vqa_new vqa_new_long; do
+  [ -e $out/${run}_test.json ] || catcap vqa evaluate --model $out/$run/best --split test --output $out/${run}_test.json
+done
+# --- part 3: VQA from few labelled images (the questions of the first 300 training images; the
+# other 19,700 are "pool") and the 7-epoch pre-trained arm of part 2 ---
+[ -e $out/vqa_pre_lo_long/best ] || catcap vqa train --checkpoint $out/pre_lo/last --out $out/vqa_pre_lo_long \
+    --epochs 7 "${vqa[@]}"
+[ -e $out/dataset_vqa300.json ] || mark_pool "$world/dataset_shapes.json" "$out/dataset_vqa300.json" 300
+v300=(--dataset $out/dataset_vqa300.json --no-progress)
+[ -e $out/vqa300_pre_lo/best ] || catcap vqa train --checkpoint $out/pre_lo/last --out $out/vqa300_pre_lo --epochs 20 "${v300[@]}"
+[ -e $out/vqa300_new/best ] || catcap vqa train --checkpoint $out/pre_lo/last --fresh --out $out/vqa300_new --epochs 20 "${v300[@]}"
+[ -e $out/vqa300_new_long/best ] || catcap vqa train --checkpoint $out/pre_lo/last --fresh --out $out/vqa300_new_long \
+    --epochs 56 "${v300[@]}"
+[ -e $out/vqa300_pre_lo_long/best ] || catcap vqa train --checkpoint $out/pre_lo/last --out $out/vqa300_pre_lo_long \
+    --epochs 56 "${v300[@]}"
+for run in vqa_pre_lo_long vqa300_pre_lo vqa300_new vqa300_new_long vqa300_pre_lo_long; do
   [ -e $out/${run}_test.json ] || catcap vqa evaluate --model $out/$run/best --split test --output $out/${run}_test.json
 done
