@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/pipeline.py --images 500            # the speed ratio (one process)
     .venv/bin/python benchmarks/pipeline.py --rss 1000,7000          # peak RSS, a fresh process per count
+    python benchmarks/pipeline.py --device cuda --threads 1 --workers 4 --photos DIR --images 400
 
 Speed (one process, one model load, the first N photos of ../shared/data/flickr8k/images by
 name, the bundled zoo model, ``torch.get_num_threads()`` threads unless --threads):
@@ -38,19 +39,28 @@ import torch
 IMAGES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "flickr8k" / "images"
 
 
-def _photos(n: int) -> list[str]:
-    if not IMAGES.is_dir():
-        sys.exit(f"Flickr8k photos not found at {IMAGES}; expected ../shared/data/flickr8k/images")
-    found = sorted(str(p) for p in IMAGES.glob("*.jpg"))
+def _photos(n: int, folder: Path = IMAGES) -> list[str]:
+    if not folder.is_dir():
+        sys.exit(f"photos not found at {folder}; expected ../shared/data/flickr8k/images or --photos DIR")
+    found = sorted(str(p) for p in folder.glob("*.jpg"))
     if len(found) < n:
-        sys.exit(f"expected at least {n} photos in {IMAGES}, found {len(found)}")
+        sys.exit(f"expected at least {n} photos in {folder}, found {len(found)}")
     return found[:n]
+
+
+DEVICE = "cpu"
+
+
+def _sync() -> None:
+    """Wait for the GPU's queued work before reading a clock (a no-op on CPU)."""
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def _job(photos: list[str], beam: int, max_len: int):
     from catcap import api
 
-    return api.prepare_caption(None, photos, beam=beam, max_len=max_len, device="cpu")
+    return api.prepare_caption(None, photos, beam=beam, max_len=max_len, device=DEVICE)
 
 
 def _bar(n: int, desc: str):
@@ -70,6 +80,7 @@ def stage_encode(job, batch_size: int, workers: int, threads: int) -> tuple[floa
                               workers=workers):
         encoded.append(stages.encode(job.items, batch))
         bar.update(len(batch))
+    _sync()
     seconds = time.perf_counter() - t0
     bar.close()
     return len(job.items) / seconds, encoded
@@ -85,6 +96,7 @@ def stage_decode(job, encoded: list, threads: int) -> float:
     for batch in encoded:
         stages.decode(batch)
         bar.update(len(batch.items))
+    _sync()
     seconds = time.perf_counter() - t0
     bar.close()
     return len(job.items) / seconds
@@ -96,11 +108,12 @@ def end_to_end(job, batch_size: int, workers: int, threads: int) -> tuple[float,
 
     t0 = time.perf_counter()
     out = list(caption_stream(job, batch_size=batch_size, workers=workers, threads=threads))
+    _sync()
     return len(job.items) / (time.perf_counter() - t0), out
 
 
 def speed(args) -> dict:
-    photos = _photos(args.images)
+    photos = _photos(args.images, Path(args.photos) if args.photos else IMAGES)
     threads = args.threads or torch.get_num_threads()
     job = _job(photos, args.beam, args.max_len)
     warm = _job(photos[:2 * args.batch_size], args.beam, args.max_len)
@@ -122,7 +135,7 @@ def speed(args) -> dict:
     c, captions = end_to_end(job, args.batch_size, args.workers, threads)
     plain = [t for batch in job.batches(batch_size=args.batch_size, pipelined=False) for t in batch] \
         if args.check else None
-    return {"photos": len(photos), "threads": threads, "workers": args.workers, "batch_size": args.batch_size,
+    return {"photos": len(photos), "device": DEVICE, "threads": threads, "workers": args.workers, "batch_size": args.batch_size,
             "beam": args.beam, "max_len": args.max_len, "read_encode_img_s": round(a, 2), "decode_img_s": round(b, 2),
             "pipeline_img_s": round(c, 2), "ratio": round(c / min(a, b), 3), **shares,
             "ratio_to_shares": round(c / min(shares["read_encode_share_img_s"], shares["decode_share_img_s"]), 3)
@@ -177,7 +190,13 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=3, help="beam size (default 3, as catcap caption)")
     parser.add_argument("--max-len", type=int, default=20, help="most words (default 20, as catcap caption)")
     parser.add_argument("--check", action="store_true", help="also run the one-thread path and compare captions")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the encoder and decoder run (default cpu; cuda: every clock read after "
+                             "torch.cuda.synchronize())")
+    parser.add_argument("--photos", help="folder of .jpg photos (default ../shared/data/flickr8k/images)")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
     if args.rss_child:
         print(json.dumps(rss_child(args)))
     elif args.rss:

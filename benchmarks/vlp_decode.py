@@ -11,6 +11,7 @@ The two decoders are timed interleaved, and the ratio is the median of the withi
 Prints one JSON line: {"cached_s", "uncached_s", "speedup", "pretrain_step_s", "threads", ...}.
 
 Usage: python benchmarks/vlp_decode.py [--threads 1] [--repeats 5] [--model vlp_small]
+       python benchmarks/vlp_decode.py --device cuda --precision bf16 --model vlp     # BERT-base size
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
 def uncached_greedy(model, feats, mask) -> torch.Tensor:
     """Greedy words by running the whole sequence at every step (``<eos>`` and specials never chosen)."""
     memory = model.encoder(feats, mask)
-    words = torch.zeros(B, 0, dtype=torch.long)
+    words = torch.zeros(B, 0, dtype=torch.long, device=feats.device)
     for _ in range(T):
-        tokens = torch.cat([words, torch.full((B, 1), MASK_ID)], 1)
+        tokens = torch.cat([words, torch.full((B, 1), MASK_ID, device=feats.device)], 1)
         states = model.decoder.joint_states(memory, mask, tokens, torch.ones_like(tokens, dtype=torch.bool), "seq2seq")
         logits = model.decoder.output(states[:, -1])
         logits[:, :4] = float("-inf")
@@ -53,43 +54,64 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", default="vlp_small")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: every time read after torch.cuda.synchronize(), TF32 off")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: decoding and the pre-training step's forward under autocast")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+    def clock() -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     cfg = load_config(ExperimentConfig, PRESETS / f"{args.model}.yaml")
     torch.manual_seed(0)
-    model = build_captioner(cfg.model, V).eval()
-    feats, mask = torch.randn(B, N, F), torch.ones(B, N, dtype=torch.bool)
+    model = build_captioner(cfg.model, V).eval().to(dev)
+    feats, mask = torch.randn(B, N, F, device=dev), torch.ones(B, N, dtype=torch.bool, device=dev)
     rules = build_processors(model.eos_id, suppress_ids=(0, 1, 3), suppress_eos=True)  # as uncached_greedy
 
     def cached():
-        with torch.no_grad():
+        with torch.no_grad(), amp:
             return greedy(model, feats, mask, max_len=T, processors=rules).tokens
 
-    same = torch.equal(cached()[:, :T], uncached_greedy(model, feats, mask))
+    def uncached():
+        with amp:
+            return uncached_greedy(model, feats, mask)
+
+    same = torch.equal(cached()[:, :T], uncached())
     times = {"cached": [], "uncached": []}
-    jobs = [("cached", cached), ("uncached", lambda: uncached_greedy(model, feats, mask))]
+    jobs = [("cached", cached), ("uncached", uncached)]
     for r in range(args.repeats):
         for name, fn in jobs if r % 2 == 0 else jobs[::-1]:  # alternate which goes first
-            start = time.perf_counter()
+            start = clock()
             fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     ratio = statistics.median(u / c for u, c in zip(times["uncached"], times["cached"]))
 
     captions = torch.randint(4, V, (B, T + 2))
     captions[:, 0], captions[:, -1] = 1, 2
+    captions = captions.to(dev)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     steps = []
     model.train()
     for step in range(args.repeats + 1):
-        start = time.perf_counter()
+        start = clock()
         targets, real, inputs, selected, kind = masked_batch(captions, captions != 0, V, MLMConfig(), step)
-        logits = model.decoder.masked_lm(model.encoder(feats, mask), mask, inputs, real, kind)
-        loss = masked_lm_loss(logits, targets, selected)
+        with amp:
+            logits = model.decoder.masked_lm(model.encoder(feats, mask), mask, inputs, real, kind)
+        loss = masked_lm_loss(logits.float(), targets, selected)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        steps.append(time.perf_counter() - start)
-    print(json.dumps({"model": args.model, "threads": args.threads, "same_words": same,
+        steps.append(clock() - start)
+    print(json.dumps({"model": args.model, "device": args.device, "precision": args.precision,
+                      "threads": args.threads, "same_words": same,
                       "cached_s": round(statistics.median(times["cached"]), 4),
                       "uncached_s": round(statistics.median(times["uncached"]), 4), "speedup": round(ratio, 2),
                       "pretrain_step_s": round(statistics.median(steps[1:]), 4), "torch": torch.__version__}))

@@ -19,6 +19,29 @@ from catcap.registry import CROSS_ATTENTION, DECODERS, HEAD_ATTENTION, SOFT_ATTE
 VOCAB, FEATURES, WIDTH = 30, 12, 16
 RECURRENT = ("att2in", "updown", "lookback")
 
+# Every decoder x cross-attention variant the shared decoder contract covers: (arch, cross, options)
+# for tiny_captioner, with readable test ids.
+_CROSS = [
+    ("vanilla", {}),
+    ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}), ("caca", {"shared": False}),
+    ("caca", {"strategy": "ihc", "shared": False}),
+    ("light_caca", {}), ("light_caca", {"strategy": "ihc"}), ("light_caca", {"strategy": "ohc"}),
+    ("caca", {"normalize": False}), ("light_caca", {"normalize": False}),
+]
+# M2: the same variants in the meshed decoder, and CACA's history after the gates
+_MESHED = [("m2", name, opts) for name, opts in _CROSS] + [
+    ("m2", "caca", {"placement": "gated"}), ("m2", "caca", {"placement": "gated", "strategy": "ihc"}),
+    ("m2", "caca", {"placement": "gated", "shared": False}), ("m2", "caca", {"placement": "gated", "strategy": "ohc"}),
+]
+# the recurrent decoders with soft attention: vanilla, CACA (strategies, not shared), LightCACA
+_SOFT = [("vanilla", {}), ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}),
+        ("caca", {"shared": False}), ("light_caca", {}), ("light_caca", {"strategy": "ihc"}),
+        ("light_caca", {"strategy": "ohc"})]
+_RECURRENT = [(arch, name, opts) for arch in ("att2in", "updown", "lookback", "aoa") for name, opts in _SOFT]
+CONTRACT_VARIANTS = ([("transformer", name, opts) for name, opts in _CROSS] + _MESHED + _RECURRENT
+                     + [("vlp", "vanilla", {}), ("vlp_geometry", "vanilla", {})])
+CONTRACT_IDS = ["-".join([arch, name, *map(str, opts.values())]) for arch, name, opts in CONTRACT_VARIANTS]
+
 
 def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0,
                    bos_id: int = 1, eos_id: int = 2, pad_id: int = 0) -> Captioner:

@@ -8,6 +8,7 @@ history in the meshed decoder."""
 import pytest
 import torch
 
+from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS
 from tiny_models import FEATURES as F
 from tiny_models import VOCAB as V
 from tiny_models import tiny_captioner
@@ -15,25 +16,7 @@ from tiny_models import tiny_captioner
 from catcap.models.captioner import Captioner
 
 
-VARIANTS = [
-    ("vanilla", {}),
-    ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}), ("caca", {"shared": False}),
-    ("caca", {"strategy": "ihc", "shared": False}),
-    ("light_caca", {}), ("light_caca", {"strategy": "ihc"}), ("light_caca", {"strategy": "ohc"}),
-    ("caca", {"normalize": False}), ("light_caca", {"normalize": False}),
-]
-# M2: the same variants in the meshed decoder, and CACA's history after the gates
-MESHED = [("m2", name, opts) for name, opts in VARIANTS] + [
-    ("m2", "caca", {"placement": "gated"}), ("m2", "caca", {"placement": "gated", "strategy": "ihc"}),
-    ("m2", "caca", {"placement": "gated", "shared": False}), ("m2", "caca", {"placement": "gated", "strategy": "ohc"}),
-]
-# the recurrent decoders with soft attention: vanilla, CACA (strategies, not shared), LightCACA
-SOFT = [("vanilla", {}), ("caca", {}), ("caca", {"strategy": "ihc"}), ("caca", {"strategy": "ohc"}),
-        ("caca", {"shared": False}), ("light_caca", {}), ("light_caca", {"strategy": "ihc"}),
-        ("light_caca", {"strategy": "ohc"})]
-RECURRENT = [(arch, name, opts) for arch in ("att2in", "updown", "lookback", "aoa") for name, opts in SOFT]
-VARIANTS = [("transformer", name, opts) for name, opts in VARIANTS] + MESHED + RECURRENT + [("vlp", "vanilla", {}), ("vlp_geometry", "vanilla", {})]
-IDS = ["-".join([arch, name, *map(str, opts.values())]) for arch, name, opts in VARIANTS]
+VARIANTS, IDS = CONTRACT_VARIANTS, CONTRACT_IDS
 
 
 def make_model(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0) -> Captioner:

@@ -96,9 +96,10 @@ def reference_beam_search(model, features: Tensor, feature_mask: Tensor, beam_si
 def _search_image(model, features, feature_mask, k, max_len, alpha, rules) -> list[Hypothesis]:
     beams, pool = [Hypothesis()], []
     for step in range(max_len + 1):
-        prefixes = torch.tensor([h.tokens for h in beams], dtype=torch.long).view(len(beams), step)
+        prefixes = torch.tensor([h.tokens for h in beams], dtype=torch.long, device=features.device)
         rows = len(beams)
-        log_probs = next_log_probs(model, features.expand(rows, -1, -1), feature_mask.expand(rows, -1), prefixes)
+        log_probs = next_log_probs(model, features.expand(rows, -1, -1), feature_mask.expand(rows, -1),
+                                   prefixes.view(rows, step)).cpu()  # the bookkeeping below runs on the CPU
         candidates = []  # (sum, beam, token), enumerated beam-major like the batched search
         for i, hyp in enumerate(beams):
             totals = hyp.total + log_probs[i]  # float32, the same sums the batched search forms

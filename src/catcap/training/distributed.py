@@ -135,9 +135,10 @@ def gather_rows(rows: torch.Tensor, ctx: DistContext, pad: int = 0) -> list[torc
     return [b[:int(s[0]), :int(s[1])].cpu() for b, s in zip(bufs, shapes)]
 
 
-def gather_rng_states(ctx: DistContext) -> list[torch.Tensor]:
-    """Every rank's torch CPU RNG state (uint8), rank order (one-element list in one process)."""
-    state = torch.get_rng_state()
+def gather_rng_states(ctx: DistContext, state: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Every rank's ``state`` (a uint8 RNG state; default torch's CPU one, e.g. the GPU's
+    ``torch.cuda.get_rng_state()``), rank order (one-element list in one process)."""
+    state = torch.get_rng_state() if state is None else state
     if not ctx.enabled:
         return [state]
     return [r[0].to(torch.uint8) for r in gather_rows(state.to(torch.long)[None], ctx)]

@@ -36,7 +36,10 @@ class TrainConfig:
     global batch is split into this many micro-batches per process, gradients summed (the
     step equals the full batch's). ``compile``: ``torch.compile`` the captioner's training
     forward. ``scheduled_sampling``: feed the model some of its own predictions in XE training
-    (``catcap.training.scheduled_sampling``; the LSTM presets turn it on). ``mlm``: VLP's
+    (``catcap.training.scheduled_sampling``; the LSTM presets turn it on). ``deterministic``: on a
+    GPU, deterministic kernels only (``catcap.training.setup.use_deterministic``), so that a run
+    and the same run killed and resumed end with identical weights; slower. CPU runs are
+    deterministic without it. ``mlm``: VLP's
     masked-token pre-training in place of captioning XE (``catcap.training.mlm``). Under torchrun, ``batch_size`` is the global batch over all processes
     (``catcap.training.distributed``)."""
 
@@ -63,6 +66,7 @@ class TrainConfig:
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     accumulate: int = 1
     compile: bool = False
+    deterministic: bool = False
     scheduled_sampling: ScheduledSamplingConfig = field(default_factory=ScheduledSamplingConfig)
     mlm: MLMConfig = field(default_factory=MLMConfig)
 

@@ -54,7 +54,7 @@ from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
 from catcap.training.scheduled_sampling import sampling_probability
 from catcap.training.scst import scst_loss
-from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything
+from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything, use_deterministic
 from catcap.training.starting import check_resumable, load_awc_betas, load_start_weights
 from catcap.training.validate import validate
 
@@ -91,8 +91,13 @@ def _quiet(*_args, **_kwargs) -> None:
     """The log of ranks other than 0."""
 
 
-def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()}
+def rng_state(device: torch.device | None = None) -> dict:
+    """The generators a run draws from: torch's CPU one, numpy's, Python's, and on a GPU the
+    device's own (dropout and sampling on CUDA draw from it)."""
+    state = {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()}
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
 
 
 def _numpy_state() -> dict:
@@ -101,8 +106,11 @@ def _numpy_state() -> dict:
             "has_gauss": int(has_gauss), "gauss": float(gauss)}
 
 
-def restore_rng(state: dict) -> None:
+def restore_rng(state: dict, device: torch.device | None = None) -> None:
+    """Back to :func:`rng_state`'s generators; the GPU's only when both runs are on one."""
     torch.set_rng_state(state["torch"])
+    if device is not None and device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
     n = state["numpy"]
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     random.setstate(_as_tuples(state["python"]))
@@ -121,6 +129,8 @@ class Trainer:
         self.log = log if self.dist.is_main else _quiet
         self.out = Path(cfg.out_dir)
         self.device = self.dist.device
+        if cfg.train.deterministic:
+            use_deterministic(self.device)
         if self.dist.world * cfg.train.accumulate > cfg.train.batch_size:
             raise ValueError(f"{self.dist.world} processes x train.accumulate={cfg.train.accumulate} micro-batches "
                              f"is more than train.batch_size={cfg.train.batch_size} captions: every micro-batch needs "
@@ -202,10 +212,12 @@ class Trainer:
         if self.pos.phase == "scst":  # XE sets its rate every step; SCST's fixed rate is the config's
             set_learning_rate(self.optimizer, self.cfg.train.scst.lr)
         self.precision.load_state_dict(t.get("precision") or {})
-        restore_rng(t["rng"])
-        ranks = t.get("rng_ranks") or []
+        restore_rng(t["rng"], self.device)
+        ranks, gpu_ranks = t.get("rng_ranks") or [], t.get("cuda_rng_ranks") or []
         if len(ranks) == self.dist.world and self.dist.enabled:
             torch.set_rng_state(ranks[self.dist.rank])
+            if len(gpu_ranks) == self.dist.world and self.device.type == "cuda":
+                torch.cuda.set_rng_state(gpu_ranks[self.dist.rank], self.device)
         elif self.dist.enabled or len(ranks) > 1:
             self.log(f"[catcap] the checkpoint was written by {max(len(ranks), 1)} process(es), this run has "
                      f"{self.dist.world}: the weights, optimizer and position resume exactly, the dropout streams "
@@ -217,10 +229,15 @@ class Trainer:
     def save(self, name: str) -> None:
         """Write checkpoint ``name`` (rank 0; every rank must call it: RNG states are gathered)."""
         rng_ranks = gather_rng_states(self.dist)
+        gpu_ranks = gather_rng_states(self.dist, torch.cuda.get_rng_state(self.device)) \
+            if self.device.type == "cuda" else None
         if self.dist.is_main:
-            trainer = {"optimizer": self.optimizer.state_dict(), "position": asdict(self.pos), "rng": rng_state()}
+            trainer = {"optimizer": self.optimizer.state_dict(), "position": asdict(self.pos),
+                       "rng": rng_state(self.device)}
             if self.dist.enabled:
                 trainer["rng_ranks"] = rng_ranks
+                if gpu_ranks is not None:
+                    trainer["cuda_rng_ranks"] = gpu_ranks
             if self.awc is not None:
                 trainer["awc"] = self.awc.state_dict()
             if self.precision.state_dict():

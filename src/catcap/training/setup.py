@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 
@@ -28,6 +29,18 @@ class RunData:
     train: CaptionDataset
     val: ImageDataset
     val_records: list[ImageRecord]
+
+
+def use_deterministic(device: torch.device) -> None:
+    """``train.deterministic`` on a GPU: PyTorch picks deterministic kernels (scatter-adds such as
+    the embedding's backward otherwise sum in a varying order) and cuBLAS a fixed workspace (its
+    documented setting, honoured when set before the process's first product). Ops that have no
+    deterministic kernel warn once instead of stopping the run."""
+    if device.type != "cuda":
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
 
 
 def seed_everything(seed: int) -> None:

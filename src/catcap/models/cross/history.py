@@ -180,7 +180,8 @@ def attend_after_regions(q: Tensor, first: RegionPass, history: KeyValue | None,
          else torch.ones_like(_by_level(first.log_norm, heads)))  # (R, L', H', T, 1)
     shape = first.heads.shape[:3]
     read = _history_values(alpha, history)[:, None]  # (R, 1, H', T, d_k)
-    mixed = torch.lerp(_by_level(first.heads, heads), read, a)  # (1 - a) first + a history
+    first_heads = _by_level(first.heads, heads)  # under autocast a (from logsumexp) is fp32, the reads are not
+    mixed = torch.lerp(first_heads, read.to(first_heads.dtype), a.to(first_heads.dtype))  # (1 - a) first + a history
     region_weights = (_by_level(first.weights, heads) * (1 - a)).view(*shape, -1) if regions_in_final else None
     history_weights = (alpha[:, None] * a).view(*shape, -1)
     return HistoryAttention(mixed.view(*shape, -1), region_weights, history_weights, a.view(shape))

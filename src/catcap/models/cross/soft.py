@@ -179,7 +179,7 @@ class _WithHistory(SoftAttention):
         if self.strategy == "ohc":
             return read_h, _extras(torch.ones_like(read_h[:, 0]), None, alpha_h)
         a = torch.sigmoid(torch.logsumexp(e_h, -1) - torch.logsumexp(e_x, -1))  # (R,)
-        c = torch.lerp(read_x, read_h, a[:, None])
+        c = torch.lerp(read_x, read_h, a[:, None].to(read_x.dtype))  # one dtype under autocast
         return c, _extras(a, alpha_x * (1 - a[:, None]), alpha_h * a[:, None])
 
 
