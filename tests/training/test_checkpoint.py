@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from catcap.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from catcap.training.loop import restore_rng, rng_state
+from catcap.training.rng import restore_rng, rng_state
 
 
 def trainer_state(model):

@@ -23,14 +23,12 @@ so one step equals a one-process step on the whole batch.
 
 from __future__ import annotations
 
-import random
 import time
 from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
@@ -53,6 +51,7 @@ from catcap.training.precision import Precision
 from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
 from catcap.training.scheduled_sampling import sampling_probability
+from catcap.training.rng import restore_rng, rng_state
 from catcap.training.scst import scst_loss
 from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything, use_deterministic
 from catcap.training.starting import check_resumable, load_awc_betas, load_start_weights
@@ -89,35 +88,6 @@ def split_batch(batch: list[int], rank: int, world: int, parts: int) -> list[lis
 
 def _quiet(*_args, **_kwargs) -> None:
     """The log of ranks other than 0."""
-
-
-def rng_state(device: torch.device | None = None) -> dict:
-    """The generators a run draws from: torch's CPU one, numpy's, Python's, and on a GPU the
-    device's own (dropout and sampling on CUDA draw from it)."""
-    state = {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()}
-    if device is not None and device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _numpy_state() -> dict:
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-            "has_gauss": int(has_gauss), "gauss": float(gauss)}
-
-
-def restore_rng(state: dict, device: torch.device | None = None) -> None:
-    """Back to :func:`rng_state`'s generators; the GPU's only when both runs are on one."""
-    torch.set_rng_state(state["torch"])
-    if device is not None and device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-    n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
-    random.setstate(_as_tuples(state["python"]))
-
-
-def _as_tuples(x):
-    return tuple(_as_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
 class Trainer:
