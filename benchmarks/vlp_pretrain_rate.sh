@@ -10,7 +10,9 @@
 #     pre-training, from the factor-1 one and from new weights, and new weights for 80 epochs;
 #   - VQA (Adam 1e-4) on the 3,000 labelled images' questions, 3 and 7 epochs from each start, and
 #     on the 300's, 20 and 56 epochs from each start (the other images are split "pool": their
-#     captions were pre-training text, their questions are not used).
+#     captions were pre-training text, their questions are not used);
+#   - the 56-epoch VQA pair on the 300's again at Adam 3e-4 (is 1e-4 too low to move the
+#     pre-trained start off the majority answer on size questions?).
 # Results: benchmarks/results/vlp.md. About 2.5 hours on one core.
 # Needs the world and runs of vlp_pretrain_pool.sh in OUT_DIR. vlp_small, one thread.
 # Usage: bash benchmarks/vlp_pretrain_rate.sh OUT_DIR   (default runs/vlp_pool)
@@ -25,7 +27,8 @@ common=(data.features=$world/features.h5 data.min_count=1 train.progress=false t
 # caption RUN ARGS...: train vlp_small into $out/RUN unless it is there
 caption() { local run=$1; shift
   [ -e $out/$run/best ] || catcap train --config configs/models/vlp_small.yaml "$@" out_dir=$out/$run; }
-# vqa RUN SPLIT_FILE EPOCHS [--fresh]: VQA from the low-rate pre-training (--fresh: its architecture only)
+# vqa RUN SPLIT_FILE EPOCHS ["--fresh --lr X"]: VQA from the low-rate pre-training (--fresh: its
+# architecture only; the fourth argument's words go to catcap vqa train)
 vqa() { [ -e $out/$1/best ] || catcap vqa train --checkpoint $out/pre_lo/last --out $out/$1 --epochs $3 \
     --dataset $2 --no-progress ${4:-}; }
 
@@ -58,6 +61,10 @@ vqa vqa300_pre_lo $out/dataset_vqa300.json 20
 vqa vqa300_new $out/dataset_vqa300.json 20 --fresh
 vqa vqa300_pre_lo_long $out/dataset_vqa300.json 56
 vqa vqa300_new_long $out/dataset_vqa300.json 56 --fresh  # 3,024 steps ~ 2,000 + 20 epochs
-for run in vqa_pre_lo vqa_new vqa_pre_lo_long vqa_new_long vqa300_pre_lo vqa300_new vqa300_pre_lo_long vqa300_new_long; do
+# is the pre-trained start stuck at the majority answer on sizes because 1e-4 cannot move it?
+vqa vqa300_pre_lo_lr3 $out/dataset_vqa300.json 56 "--lr 3e-4"
+vqa vqa300_new_lr3 $out/dataset_vqa300.json 56 "--fresh --lr 3e-4"
+for run in vqa_pre_lo vqa_new vqa_pre_lo_long vqa_new_long vqa300_pre_lo vqa300_new vqa300_pre_lo_long vqa300_new_long \
+    vqa300_pre_lo_lr3 vqa300_new_lr3; do
   [ -e $out/${run}_test.json ] || catcap vqa evaluate --model $out/$run/best --split test --output $out/${run}_test.json
 done
