@@ -16,18 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from catcap import api
 from catcap.metrics.evaluate import evaluate_captions
+from catcap.training.precision import Precision
 
 
 def caption_all(job, precision: str) -> tuple[dict[str, str], float]:
-    context = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
-    with context:
+    with Precision(precision, torch.device("cuda")).autocast():  # as catcap train --precision
         list(job.batches(0, batch_size=32, workers=2, pipelined=False))  # warm-up: kernels, page cache
         torch.cuda.synchronize()
         t0 = time.perf_counter()

@@ -48,19 +48,16 @@ def _photos(n: int, folder: Path = IMAGES) -> list[str]:
     return found[:n]
 
 
-DEVICE = "cpu"
-
-
 def _sync() -> None:
-    """Wait for the GPU's queued work before reading a clock (a no-op on CPU)."""
-    if DEVICE == "cuda":
+    """Wait for the GPU's queued work before reading a clock (a no-op when CUDA was never used)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
 
-def _job(photos: list[str], beam: int, max_len: int):
+def _job(photos: list[str], beam: int, max_len: int, device: str = "cpu"):
     from catcap import api
 
-    return api.prepare_caption(None, photos, beam=beam, max_len=max_len, device=DEVICE)
+    return api.prepare_caption(None, photos, beam=beam, max_len=max_len, device=device)
 
 
 def _bar(n: int, desc: str):
@@ -115,8 +112,8 @@ def end_to_end(job, batch_size: int, workers: int, threads: int) -> tuple[float,
 def speed(args) -> dict:
     photos = _photos(args.images, Path(args.photos) if args.photos else IMAGES)
     threads = args.threads or torch.get_num_threads()
-    job = _job(photos, args.beam, args.max_len)
-    warm = _job(photos[:2 * args.batch_size], args.beam, args.max_len)
+    job = _job(photos, args.beam, args.max_len, args.device)
+    warm = _job(photos[:2 * args.batch_size], args.beam, args.max_len, args.device)
     end_to_end(warm, args.batch_size, args.workers, threads)
     a, encoded = stage_encode(job, args.batch_size, args.workers, threads)
     b = stage_decode(job, encoded, threads)
@@ -135,7 +132,7 @@ def speed(args) -> dict:
     c, captions = end_to_end(job, args.batch_size, args.workers, threads)
     plain = [t for batch in job.batches(batch_size=args.batch_size, pipelined=False) for t in batch] \
         if args.check else None
-    return {"photos": len(photos), "device": DEVICE, "threads": threads, "workers": args.workers, "batch_size": args.batch_size,
+    return {"photos": len(photos), "device": args.device, "threads": threads, "workers": args.workers, "batch_size": args.batch_size,
             "beam": args.beam, "max_len": args.max_len, "read_encode_img_s": round(a, 2), "decode_img_s": round(b, 2),
             "pipeline_img_s": round(c, 2), "ratio": round(c / min(a, b), 3), **shares,
             "ratio_to_shares": round(c / min(shares["read_encode_share_img_s"], shares["decode_share_img_s"]), 3)
@@ -195,8 +192,6 @@ def main() -> None:
                              "torch.cuda.synchronize())")
     parser.add_argument("--photos", help="folder of .jpg photos (default ../shared/data/flickr8k/images)")
     args = parser.parse_args()
-    global DEVICE
-    DEVICE = args.device
     if args.rss_child:
         print(json.dumps(rss_child(args)))
     elif args.rss:

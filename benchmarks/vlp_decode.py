@@ -30,6 +30,7 @@ from catcap.models.builders import build_captioner
 from catcap.models.vlp import MASK_ID
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.mlm import MLMConfig, masked_batch, masked_lm_loss
+from catcap.training.precision import Precision
 
 V, B, N, F, T = 10000, 50, 50, 2048, 16
 PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
@@ -63,7 +64,7 @@ def main() -> None:
     dev = torch.device(args.device)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    amp = Precision(args.precision, dev)  # autocast exactly as catcap train --precision
 
     def clock() -> float:
         if dev.type == "cuda":
@@ -77,11 +78,11 @@ def main() -> None:
     rules = build_processors(model.eos_id, suppress_ids=(0, 1, 3), suppress_eos=True)  # as uncached_greedy
 
     def cached():
-        with torch.no_grad(), amp:
+        with torch.no_grad(), amp.autocast():
             return greedy(model, feats, mask, max_len=T, processors=rules).tokens
 
     def uncached():
-        with amp:
+        with amp.autocast():
             return uncached_greedy(model, feats, mask)
 
     same = torch.equal(cached()[:, :T], uncached())
@@ -103,7 +104,7 @@ def main() -> None:
     for step in range(args.repeats + 1):
         start = clock()
         targets, real, inputs, selected, kind = masked_batch(captions, captions != 0, V, MLMConfig(), step)
-        with amp:
+        with amp.autocast():
             logits = model.decoder.masked_lm(model.encoder(feats, mask), mask, inputs, real, kind)
         loss = masked_lm_loss(logits.float(), targets, selected)
         optimizer.zero_grad()

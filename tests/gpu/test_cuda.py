@@ -5,6 +5,7 @@ Skipped where there is no CUDA device (CI has none). On a machine with one:
 ``python -m pytest tests/gpu`` (``benchmarks/gpu_checks.sh`` runs it with the GPU benchmarks).
 TF32 is turned off for the comparisons, so that CUDA's fp32 products are fp32 like the CPU's."""
 
+import os
 import subprocess
 import sys
 
@@ -147,8 +148,7 @@ def gpu_world(tmp_path_factory):
 
 
 def train(args, fault=None):
-    import os
-
+    """``catcap train ARGS`` in a subprocess, with ``CATCAP_FAULT=fault`` armed (catcap.faults)."""
     env = {k: v for k, v in os.environ.items() if k != "CATCAP_FAULT"}
     if fault:
         env["CATCAP_FAULT"] = fault
