@@ -53,7 +53,7 @@ class Captioner:
     def from_pretrained(cls, directory: str | Path, device: str = "auto", dtype=None,
                         zoo: str | Path | None = None) -> "Captioner":
         """Load a trained captioner (no pickle): a checkpoint folder written by ``catcap train``, a
-        zoo folder or the name of a bundled zoo model (``"flickr8k-cat"``; the zoo folder ``zoo``,
+        zoo folder or the name of a bundled zoo model (``"flickr8k-m2"``, ``"flickr8k-cat"``; the zoo folder ``zoo``,
         default ``$CATCAP_ZOO`` or the repository's ``zoo/``), or a Hugging Face Hub id
         (``"owner/name"``, ``"hf://owner/name@revision"``; needs ``huggingface_hub``). A zoo folder's
         files are checked against the sha256 in its card. ``dtype``: the weights' dtype in memory,

@@ -38,7 +38,7 @@ from catcap.zoo_card import model_card
 
 FORMAT = "catcap-zoo-v1"
 ZOO_ENV = "CATCAP_ZOO"  # another zoo folder than the repository's zoo/ (tests, private zoos)
-DEFAULT_MODEL = "flickr8k-cat"  # what `catcap caption` uses without --checkpoint
+DEFAULT_MODEL = "flickr8k-m2"  # what `catcap caption` uses without --checkpoint (the best on Flickr8k val)
 MAX_MB = 25.0  # the largest model.safetensors a zoo entry may have (it lives in the git repository)
 HASHED = ("model.safetensors", "config.json", "vocab.json")
 REPO = Path(__file__).resolve().parents[2]  # src/catcap/zoo.py -> the repository (an editable install)
@@ -153,13 +153,13 @@ def list_models(root: str | Path | None = None) -> list[ZooEntry]:
 
 
 def how_to_get(name: str = DEFAULT_MODEL) -> str:
-    return (f"bundle {name!r} from a trained checkpoint with `catcap zoo build {name} --from runs/flickr8k/cat/best "
+    return (f"bundle {name!r} from a trained checkpoint with `catcap zoo build {name} --from runs/flickr8k/<run>/best "
             "--scores SCORES.json` (docs/zoo.md gives the recipe that trains it), or caption with your own model: "
             "`catcap caption --checkpoint RUN/best photo.jpg`")
 
 
 def default_model(root: str | Path | None = None) -> ZooEntry:
-    """The model ``catcap caption`` uses without ``--checkpoint``: flickr8k-cat, or the zoo's first."""
+    """The model ``catcap caption`` uses without ``--checkpoint``: flickr8k-m2, or the zoo's first."""
     models = list_models(root)
     if not models:
         raise ZooError(f"no model is bundled in the zoo ({zoo_root(root)} holds none); " + how_to_get())

@@ -4,7 +4,7 @@ recorded strings (greedy, CPU, fp32), so that a silent change in preprocessing, 
 weights fails here. The expected captions live in ``<name with _>_captions.json`` beside this
 file, written by ``catcap zoo build <name> ... --record-captions tests/zoo/<name>_captions.json``.
 
-flickr8k-cat (the default the issue asks for) skips while it is not bundled yet (docs/zoo.md
+The default (flickr8k-m2, catcap.zoo.DEFAULT_MODEL) skips while it is not bundled (docs/zoo.md
 says how to bundle it)."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from catcap.captioner import Captioner
 from catcap.cli.main import main
 from zoo_photos import check_recorded_captions
 
-from catcap.zoo import ZooError, build, list_models, load_zoo_folder, locate, read_card, rebuild_commands
+from catcap.zoo import DEFAULT_MODEL, ZooError, build, list_models, load_zoo_folder, locate, read_card, rebuild_commands
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_no_bundled_model_says_how_to_get_one(tmp_path, monkeypatch, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["caption", "photo.jpg"]) == 2
     err = capsys.readouterr().err
-    assert "no model is bundled in the zoo" in err and "catcap zoo build flickr8k-cat --from" in err
+    assert "no model is bundled in the zoo" in err and f"catcap zoo build {DEFAULT_MODEL} --from" in err
     assert "--checkpoint" in err
     assert main(["caption", "--checkpoint", str(tmp_path), str(tmp_path / "empty")]) == 2
     assert "is a folder with no image files" in capsys.readouterr().err

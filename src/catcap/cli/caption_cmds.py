@@ -8,7 +8,7 @@ import sys
 
 CAPTION_HELP = """\
 Caption images with a trained model. Without --checkpoint, the model bundled with catcap
-(zoo/flickr8k-cat, else the zoo's first, today flickr8k-vlp: `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
+(zoo/flickr8k-m2, else the zoo's first: `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
 stderr. A folder stands for its image files (sorted by name). A model trained on features
 from `catcap extract` captions photo files directly: the checkpoint records the image encoder
 and its preprocessing, and the photos go through exactly that. For other models (e.g. the
@@ -52,7 +52,7 @@ def register(sub) -> None:
     cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
-                     "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-cat)")
+                     "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-m2)")
     cap.add_argument("--json", action="store_true", help='print JSON: [{"image": ..., "caption": ...}, ...]')
     cap.add_argument("--out", "--output", dest="out", metavar="FILE.jsonl",
                      help="write JSON Lines there instead of printing: incrementally, continued when rerun")
@@ -65,8 +65,8 @@ def register(sub) -> None:
     cap.add_argument("--max-len", type=int, default=20, help="most words per caption (default 20)")
     cap.add_argument("--length-penalty", type=float, default=0.0, metavar="LP",
                      help="with --beam > 1: rank captions by sum log p / length ** LP (default 0: plain sums, which "
-                          "favour short captions). On Flickr8k val, the bundled flickr8k-cat gives CIDEr-D 53.3 at "
-                          "--beam 3 and 0, 54.7 at --beam 5 and 1.0 (benchmarks/flickr8k.md)")
+                          "favour short captions). On Flickr8k val, the bundled flickr8k-m2 gives CIDEr-D 56.2 at "
+                          "--beam 3 and 0, 57.6 at --beam 5 and 1.0 (benchmarks/flickr8k.md)")
     cap.add_argument("--batch-size", type=int, default=16, help="images per batch (default 16)")
     cap.add_argument("--workers", type=int, default=default_workers(),
                      help="processes reading and decoding the photos (default 1 on a machine with 2 cores or "

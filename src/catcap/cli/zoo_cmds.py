@@ -11,7 +11,8 @@ ZOO_HELP = """\
 The model zoo: trained captioners bundled in the repository's zoo/ folder (another folder
 with --zoo or CATCAP_ZOO), each with fp16 weights, config, vocabulary and a model card that
 records the sha256 of its files, its recipe and its validation scores. `catcap caption
-photo.jpg` uses zoo/flickr8k-cat; Captioner.from_pretrained("flickr8k-cat") loads it.
+photo.jpg` uses zoo/flickr8k-m2 (M2 + SCST, the best on Flickr8k val); Captioner.from_pretrained("flickr8k-cat")
+loads catcap's CAT, and `catcap caption --checkpoint flickr8k-cat photo.jpg` captions with it.
 
 example:
   catcap zoo list
