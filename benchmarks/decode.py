@@ -23,7 +23,9 @@ On a GPU (``--device cuda``) every timing is bracketed by ``torch.cuda.synchroni
 (``catcap.training.precision``; fp16 with its gradient scaler), as ``catcap train`` runs them.
 On CPU, fp32 Linear layers run through oneDNN or MKL as ``catcap.models.linear`` decides
 (the ``gemm`` field says which); ``CATCAP_CPU_GEMM=torch`` forces PyTorch's own (MKL)
-products, e.g. to compare the two. The paper's numbers (TITAN Xp, 50 images): Transformer 4.7 ms greedy / 63.9 ms beam,
+products, e.g. to compare the two. ``--malloc catcap`` (the default) raises glibc's malloc
+thresholds as every ``catcap`` command does (``catcap.malloc``), ``--malloc system`` keeps glibc's
+defaults; the ``malloc`` field says which was in effect. The paper's numbers (TITAN Xp, 50 images): Transformer 4.7 ms greedy / 63.9 ms beam,
 CAT 6.1 / 86.6 ms.
 """
 
@@ -39,6 +41,7 @@ import torch
 
 from catcap.config import load_config
 from catcap.decoding import beam_search, build_processors, greedy
+from catcap.malloc import CHOICES, keep_freed_memory
 from catcap.models.builders import build_captioner
 from catcap.models.linear import cpu_gemm_backend
 from catcap.training.awc import make_awc
@@ -144,7 +147,11 @@ def main() -> None:
     parser.add_argument("--floors", action="store_true",
                         help="also time each job's matrix products alone (gemm_floor.py) in this run, one "
                              "thread, and print the Transformer's ratio to them (first model: transformer)")
+    parser.add_argument("--malloc", choices=CHOICES, default="catcap",
+                        help="catcap: glibc keeps freed memory for reuse, as the catcap commands run (default); "
+                             "system: glibc's defaults (catcap/malloc.py)")
     args = parser.parse_args()
+    args.malloc_applied = keep_freed_memory(args.malloc)
     device = torch.device(args.device)
     torch.manual_seed(0)
     feats, mask = torch.randn(B, N, F), torch.ones(B, N, dtype=torch.bool)
@@ -177,6 +184,7 @@ def run(benches: list[Bench], args, precision: str) -> None:
             result["threads"], result["device"], result["precision"] = threads, args.device, precision
             if args.device == "cpu":
                 result["gemm"] = cpu_gemm_backend()
+                result["malloc"] = "catcap" if args.malloc_applied else "system"
             if args.floors and b is benches[0] and threads == 1:
                 add_floors(result, args)
             print(json.dumps(result), flush=True)

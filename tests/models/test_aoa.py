@@ -15,7 +15,7 @@ from catcap.config import ConfigError
 from catcap.models.builders import build_captioner
 from catcap.models.config import HistoryConfig, ModelConfig, RecurrentConfig
 from catcap.models.cross.aoa import AttentionOnAttention, ContextAssistedHeadAttention
-from catcap.models.cross.history import HistoricalContextMemory
+from catcap.models.cross.memory import HistoricalContextMemory
 from catcap.models.encoders.aoa import AoARefiner
 from catcap.models.parts import history_heads, history_layers, model_name
 

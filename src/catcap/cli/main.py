@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from catcap import __version__
+from catcap.malloc import keep_freed_memory
 from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds, serve_cmds,
                         train_cmds, vqa_cmds, zoo_cmds)
 
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from catcap.registry import UnknownName
 
     try:
+        keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
     except (ValueError, UnknownName, *FILE_ERRORS) as err:  # catcap's input errors say what to fix
         print(f"catcap {args.command}: error: {err}", file=sys.stderr)

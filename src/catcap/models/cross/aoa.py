@@ -46,9 +46,10 @@ import torch
 from torch import Tensor, nn
 
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend
-from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, RegionPass, _group_rows,
-                                         _ungroup_rows, attend_after_regions, attend_regions, attend_with_history)
 from catcap.models.cross.context_assisted import STRATEGIES
+from catcap.models.cross.history import (HistoryAttention, RegionPass, _group_rows, _ungroup_rows, attend_after_regions,
+                                         attend_regions, attend_with_history)
+from catcap.models.cross.memory import HistoricalContextMemory
 from catcap.models.linear import Linear
 from catcap.registry import HEAD_ATTENTION
 

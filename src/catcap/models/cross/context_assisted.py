@@ -46,8 +46,9 @@ import torch
 from torch import Tensor, nn
 
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend, level_queries
-from catcap.models.cross.history import (HistoricalContextMemory, HistoryAttention, _group_rows, _ungroup_rows,
+from catcap.models.cross.history import (HistoryAttention, _group_rows, _ungroup_rows,
                                          attend_after_regions, attend_regions, attend_with_history)
+from catcap.models.cross.memory import HistoricalContextMemory
 from catcap.models.cross.mix import TopLevel, top_levels
 from catcap.registry import CROSS_ATTENTION
 

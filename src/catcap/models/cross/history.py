@@ -31,26 +31,6 @@ from catcap.models.attention import KeyValue
 
 
 @dataclass
-class HistoricalContextMemory:
-    """The HCM of one CACA layer during decoding: the projected keys/values of the history
-    entries of every hypothesis (R rows, t entries); ``None`` before the first step."""
-
-    keys: KeyValue | None = None
-
-    def appended(self, entry: KeyValue) -> "HistoricalContextMemory":
-        """The memory with one more entry per row (``entry`` is (R, H, 1, d_k))."""
-        return HistoricalContextMemory(entry.contiguous() if self.keys is None else self.keys.cat(entry))
-
-    def index_select(self, index: Tensor) -> "HistoricalContextMemory":
-        """Rows ``index`` (beam reordering)."""
-        return self if self.keys is None else HistoricalContextMemory(self.keys.index_select(index))
-
-    @property
-    def length(self) -> int:
-        return 0 if self.keys is None else self.keys.length
-
-
-@dataclass
 class HistoryAttention:
     """Result of :func:`attend_with_history`: heads (R, H, T, d_k), the final-pass weights on
     regions (R, H, T, N) (``None`` without regions) and on history (R, H, T, M) (``None``
