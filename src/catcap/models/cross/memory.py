@@ -1,10 +1,12 @@
-"""CACA's historical context memory (HCM) during decoding (SPEC.md §3).
+"""Decoding memories of keys/values that grow by one entry per step and follow beam search's
+reorders: CACA's historical context memory (HCM, SPEC.md §3) and the decoder's self-attention
+cache.
 
 A decoding memory holds, for every hypothesis (R rows), the projected keys/values of its t
-history entries, and beam search reorders the rows after every step. Grown by one copy of the
-whole memory per step and gathered by another per reorder, with fresh (kernel-zeroed) pages for
-every new tensor, the history was the largest cost of M2 + per-level CACA's beam search, which
-is memory-bound, not arithmetic-bound (benchmarks/results/m2.md). So, without autograd, the
+entries, and beam search reorders the rows after every step. Grown by one copy of the whole
+memory per step and gathered by another per reorder, with fresh (kernel-zeroed) pages for every
+new tensor, the history was the largest cost of M2 + per-level CACA's beam search, which is
+memory-bound, not arithmetic-bound (benchmarks/results/m2.md). So, without autograd, the
 entries live in time-major buffers (capacity, R, H', d_k), allocated once and doubled when full:
 
 - a step writes its slot in place;
@@ -13,19 +15,19 @@ entries live in time-major buffers (capacity, R, H', d_k), allocated once and do
   the next reorder; after the first reorder a decode allocates nothing more.
 
 Attention reads ``keys``, (R, H', t, d_k) views of the buffers (no copy: the batched products
-take the strided keys as they are). Under autograd every step makes new tensors instead
-(:meth:`KeyValue.cat`), so that gradients flow through cached steps.
+and PyTorch's fused attention take the strided keys as they are). Under autograd every step
+makes new tensors instead (:meth:`KeyValue.cat`), so that gradients flow through cached steps.
 
 The in-place buffers have two rules, which decoding follows: a memory is appended to once and
 reordered once (a second append or reorder of the same memory overwrites the first one's
 buffers), and after ``index_select`` the memory it came from stays valid only until the new one
-is reordered again.
-An alternative that never gathers — each image's hypotheses scoring all t * G entries of their
-image under an ancestry mask — was measured and not kept: its G-fold attention arithmetic cost
-more than the gathers it saved (m2_caca / m2 beam-5 1.391 against 1.311, one run each).
+is reordered again. An alternative that never gathers — each image's hypotheses scoring all
+t * G entries of their image under an ancestry mask — was measured and not kept: its G-fold
+attention arithmetic cost more than the gathers it saved (m2_caca / m2 beam-5 1.391 against
+1.311, one run each).
 
-Legend: R rows (B images x G hypotheses), H' heads of the history (L*H level-heads, or H), t
-entries, d_k = D / H.
+Legend: R rows (B images x G hypotheses), H' heads (L*H level-heads, or H), t entries,
+d_k = D / H.
 """
 
 from __future__ import annotations
@@ -36,15 +38,15 @@ from torch import Tensor
 from catcap.models.attention import KeyValue
 
 
-class HistoricalContextMemory:
-    """The HCM of one CACA layer during decoding (see module doc): ``keys`` is a KeyValue of
+class KeyValueMemory:
+    """Keys/values of every row during decoding (see module doc): ``keys`` is a KeyValue of
     (R, H', t, d_k), None before the first step."""
 
     CAPACITY = 24  # entries before the first doubling: past catcap's default caption length of 20
 
     __slots__ = ("_keys", "_store", "_length")
 
-    def __init__(self, keys: KeyValue | None = None, store: "_TimeMajor | None" = None, length: int = 0):
+    def __init__(self, keys: KeyValue | None = None, store: _TimeMajor | None = None, length: int = 0):
         self._keys, self._store, self._length = keys, store, length
 
     @property
@@ -57,20 +59,27 @@ class HistoricalContextMemory:
             return self._length
         return 0 if self._keys is None else self._keys.length
 
-    def appended(self, entry: KeyValue) -> "HistoricalContextMemory":
+    def appended(self, entry: KeyValue) -> "KeyValueMemory":
         """The memory with ``entry``'s positions appended per row (``entry`` is (R, H', n, d_k))."""
         functional = self._keys is not None or (torch.is_grad_enabled()
                                                 and (entry.k.requires_grad or entry.v.requires_grad))
         if self._store is None and functional:
-            return HistoricalContextMemory(entry.contiguous() if self._keys is None else self._keys.cat(entry))
+            return type(self)(entry.contiguous() if self._keys is None else self._keys.cat(entry))
         store = self._store if self._store is not None else _TimeMajor.like(entry, self.CAPACITY)
-        return HistoricalContextMemory(store=store.write(self._length, entry), length=self._length + entry.k.shape[2])
+        return type(self)(store=store.write(self._length, entry), length=self._length + entry.k.shape[2])
 
-    def index_select(self, index: Tensor) -> "HistoricalContextMemory":
+    def index_select(self, index: Tensor) -> "KeyValueMemory":
         """Rows ``index`` (beam reordering)."""
         if self._store is not None:
-            return HistoricalContextMemory(store=self._store.gather(self._length, index), length=self._length)
-        return self if self._keys is None else HistoricalContextMemory(self._keys.index_select(index))
+            return type(self)(store=self._store.gather(self._length, index), length=self._length)
+        return self if self._keys is None else type(self)(self._keys.index_select(index))
+
+
+class HistoricalContextMemory(KeyValueMemory):
+    """The HCM of one CACA layer during decoding: the projected keys/values of its history
+    entries (c_tmp's for CACA, the queries for LightCACA), (R, H', t, d_k)."""
+
+    __slots__ = ()
 
 
 class _TimeMajor:

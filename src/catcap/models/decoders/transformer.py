@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from catcap.models.attention import MultiHeadAttention, causal_mask
+from catcap.models.cross.memory import KeyValueMemory
 from catcap.models.cross.mix import MeshedGates, TopLevel
 from catcap.models.decoders.state import DecoderState
 from catcap.models.layers import FeedForward, SinusoidalPositions
@@ -53,11 +54,10 @@ class DecoderLayer(nn.Module):
     def step(self, x: Tensor, cache: dict, prepared, memory_mask: Tensor, group: int):
         """x (B*G, 1, D) -> (B*G, 1, D), the layer's updated cache, extras."""
         h = self.norm1(x)
-        new = self.self_attn.project_kv(h)
-        kv = new if cache["self"] is None else cache["self"].cat(new)
-        x = x + self.dropout(self.self_attn(h, kv)[0])
+        memory = cache["self"].appended(self.self_attn.project_kv(h))  # a KeyValueMemory: in place when decoding
+        x = x + self.dropout(self.self_attn(h, memory.keys)[0])
         c, cross_cache, extras = self.cross.step(x, prepared, memory_mask, cache["cross"], group)
-        return c + self.dropout(self.ffn(self.norm3(c))), {"self": kv, "cross": cross_cache}, extras
+        return c + self.dropout(self.ffn(self.norm3(c))), {"self": memory, "cross": cross_cache}, extras
 
 
 @DECODERS.register("transformer")
@@ -116,7 +116,7 @@ class TransformerDecoder(nn.Module):
     def init_state(self, memory: Tensor, memory_mask: Tensor, group: int = 1) -> DecoderState:
         """A fresh state for ``group`` hypotheses per image."""
         rows = memory.shape[0] * group
-        caches = [{"self": None, "cross": layer.cross.init_cache(rows)} for layer in self.layers]
+        caches = [{"self": KeyValueMemory(), "cross": layer.cross.init_cache(rows)} for layer in self.layers]
         return DecoderState(self.prepare(memory), memory_mask, group, 0, caches)
 
     def step(self, tokens: Tensor, state: DecoderState):
