@@ -5,8 +5,9 @@ pages of its own from the kernel, which zero-fills each page the first time it i
 gives them back when the tensor is freed; freed heap memory above the trim threshold goes back
 too. Decoding on a CPU allocates tensors of megabytes every step (the vocabulary's scores, beam
 search's gathers, CACA's history memory), so with the defaults a good part of its time is page
-faults on fresh pages: M2 + per-level CACA's beam-5 decode at paper size took 2.42 s with
-them and 2.20 s without, M2's 1.76 s and 1.68 s (benchmarks/results/m2.md).
+faults on fresh pages. At paper size, one thread, M2 + per-level CACA's beam-5 decode took
+2.26 s with glibc's defaults and 2.09 s with this setting, M2's 1.62 s and 1.58 s (two runs back
+to back, benchmarks/results/m2.md).
 
 :func:`keep_freed_memory` sets both thresholds to 1 GiB with ``mallopt``, so that memory once
 allocated is reused by later tensors instead of being returned and faulted in again. The cost:
