@@ -12,14 +12,18 @@ Levers (the "off" side restores what catcap did before, by patching, in this pro
   allowed_check the "every token forbidden" check as one max over the vocabulary instead of
                 ``isneginf(...).all(dim=1)`` (``catcap.decoding.processors.check_some_allowed``)
   bf16_weights  the weights and features in bf16 (``catcap evaluate --dtype bf16``) against fp32
-  two_topk      beam search's candidates by two top-k's (each beam's 2K best tokens, then the
-                image's 2K best of those) instead of one top-k over all K x V sums, which first
-                writes the (B*K, V) sums (tried 2026-11-26, 0.996: not kept; "on" patches
-                ``catcap.decoding.beam._candidates``; beam only)
-  prealloc_kv   the self-attention cache preallocated for every step and written in place (the
-                attention reads a narrowed view) instead of a new contiguous (B, H, t+1, d_k)
-                copy per step (``KeyValue.cat``); greedy only: beam search reorders the cache
-                every step, a copy either way (tried 2026-11-26, 1.032: not kept; "on" patches it in)
+  inplace_memory the decoding memories (self-attention caches, CACA's history) in time-major
+                buffers written in place, reorders gathering into a spare pair
+                (``catcap.models.cross.memory``; kept 2026-11-26 night), against a grown copy per
+                step and a reordered copy per reorder ("off" patches ``KeyValueMemory.appended``)
+  masked_sums   beam search's rules masking the beams' summed scores in place (kept 2026-11-26
+                night), against each rule copying the (B*K, V) log-probs before the sums are
+                added ("off" patches ``catcap.decoding.beam._totals``); beam only
+
+Two levers of earlier runs were removed with the code they patched (results in
+benchmarks/results/decode.md): ``two_topk`` (0.996, not kept) and ``prealloc_kv`` (a
+(B, H, capacity, d_k) cache read through a narrowed view: 1.032, not kept; ``inplace_memory``
+is its time-major successor).
 
 Usage: python benchmarks/decode_levers.py [--repeats 7] [--jobs greedy beam] [--levers ...]
 """
@@ -39,11 +43,13 @@ import catcap.decoding.beam as beam_module
 import catcap.decoding.greedy as greedy_module
 import catcap.decoding.processors as processors
 import catcap.models.attention as attention
+import catcap.models.cross.memory as memory
 from catcap.decoding import beam_search, greedy
+from catcap.malloc import CHOICES, keep_freed_memory
 from decode import B, F, N, T, V, Bench
 
-LEVERS = ("few_queries", "allowed_check", "bf16_weights", "two_topk", "prealloc_kv")
-ONLY = {"two_topk": "beam", "prealloc_kv": "greedy"}  # the job a lever applies to
+LEVERS = ("few_queries", "allowed_check", "bf16_weights", "inplace_memory", "masked_sums")
+ONLY = {"masked_sums": "beam"}  # the job a lever applies to
 
 
 def _old_check(log_probs, step):
@@ -51,50 +57,19 @@ def _old_check(log_probs, step):
         raise ValueError("every token forbidden")
 
 
-def _two_topk(sums, scores):
-    """The tried lever: each beam's 2K best tokens, then the image's 2K best of those K x 2K
-    (the same candidates as one top-k over the K x V sums, without writing those sums)."""
-    b, k = sums.shape
-    width = min(2 * k, scores.shape[1])
-    top, tokens = scores.topk(width, dim=1)
-    cand_sums, pos = (sums.view(-1, 1) + top).view(b, -1).topk(2 * k, dim=1)
-    return cand_sums, torch.div(pos, width, rounding_mode="floor"), tokens.view(b, -1).gather(1, pos)
+def _copied_appended(self, entry):
+    """KeyValueMemory.appended as before the in-place buffers: a grown copy per step."""
+    keys = self._keys
+    return type(self)(entry.contiguous() if keys is None else keys.cat(entry))
 
 
-@contextlib.contextmanager
-def two_topk_on():
-    plain = beam_module._candidates
-    beam_module._candidates = _two_topk
-    try:
-        yield
-    finally:
-        beam_module._candidates = plain
-
-
-_plain_cat = attention.KeyValue.cat
-
-
-def _prealloc_cat(self, other):
-    """KeyValue.cat into a buffer of T + 1 positions kept on the result (``_buf``), in place."""
-    t, n = self.length, other.length
-    buf = getattr(self, "_buf", None)
-    if buf is None or buf[0].shape[2] < t + n:
-        shape = (*self.k.shape[:2], T + 1, self.k.shape[3])
-        buf = (self.k.new_empty(shape), self.v.new_empty(shape))
-        buf[0][:, :, :t], buf[1][:, :, :t] = self.k, self.v
-    buf[0][:, :, t:t + n], buf[1][:, :, t:t + n] = other.k, other.v
-    out = attention.KeyValue(buf[0][:, :, :t + n], buf[1][:, :, :t + n])
-    out._buf = buf
-    return out
-
-
-@contextlib.contextmanager
-def prealloc_on():
-    attention.KeyValue.cat = _prealloc_cat
-    try:
-        yield
-    finally:
-        attention.KeyValue.cat = _plain_cat
+def _copied_totals(sums, log_probs, processors_, history, step, last, eos_id):
+    """beam._totals as before: every rule copies the log-probs, then the sums are added."""
+    scores = processors.apply_processors(processors_, log_probs, history, step)
+    if last:
+        scores = processors.force_token(scores, torch.ones_like(scores[:, 0], dtype=torch.bool), eos_id,
+                                        log_probs[:, eos_id])
+    return sums.view(-1, 1) + scores
 
 
 _fused_attend = attention.attend
@@ -128,6 +103,12 @@ def lever_off(name: str):
             if hasattr(module, "check_some_allowed"):
                 saved.append((module, "check_some_allowed", module.check_some_allowed))
                 module.check_some_allowed = _old_check
+    if name == "inplace_memory":
+        saved.append((memory.KeyValueMemory, "appended", memory.KeyValueMemory.appended))
+        memory.KeyValueMemory.appended = _copied_appended
+    if name == "masked_sums":
+        saved.append((beam_module, "_totals", beam_module._totals))
+        beam_module._totals = _copied_totals
     try:
         yield
     finally:
@@ -135,7 +116,7 @@ def lever_off(name: str):
             setattr(module, attr, value)
 
 
-TRIED = {"few_queries": few_queries_on, "two_topk": two_topk_on, "prealloc_kv": prealloc_on}  # "on" patches them in
+TRIED = {"few_queries": few_queries_on}  # "on" patches it in
 
 
 def main() -> None:
@@ -143,7 +124,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--jobs", nargs="+", default=["greedy", "beam"], choices=["greedy", "beam"])
     parser.add_argument("--levers", nargs="+", default=list(LEVERS), choices=LEVERS)
+    parser.add_argument("--malloc", choices=CHOICES, default="catcap",
+                        help="catcap: glibc keeps freed memory for reuse, as the catcap commands run (default); "
+                             "system: glibc's defaults (catcap/malloc.py)")
     args = parser.parse_args()
+    applied = keep_freed_memory(args.malloc)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     feats, mask = torch.randn(B, N, F), torch.ones(B, N, dtype=torch.bool)
@@ -179,7 +164,8 @@ def main() -> None:
             ratio = statistics.median(a / b for a, b in zip(on, off))
             print(json.dumps({"job": job, "lever": lever, "on_s": round(statistics.median(on), 4),
                               "off_s": round(statistics.median(off), 4), "on_over_off": round(ratio, 3),
-                              "repeats": args.repeats, "threads": 1}), flush=True)
+                              "repeats": args.repeats, "threads": 1,
+                              "malloc": "catcap" if applied else "system"}), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 # 56-epoch pair at Adam 1e-4: test accuracy 0.919 against 0.847, all of it in size and count
 # questions) a property of the starts or of one seed? The same pair again with seeds 1 and 2 (the
 # seed orders the fine-tuning batches and initialises the new weights and the VQA head).
-# Results: benchmarks/results/vlp.md. About 100 min per run on one core while another job used the
-# other core (8 epochs took 14 min on 2026-11-26), so about 7 hours for the 4 runs: run it on two cores.
+# Results: benchmarks/results/vlp.md. About 13 min per run on one core (4 runs); two processes
+# (e.g. SEEDS "1" and "2" side by side) halve the wall time.
 # Needs the runs of vlp_pretrain_rate.sh in OUT_DIR (the pre-training pre_lo and dataset_vqa300.json).
 # Usage: bash benchmarks/vlp_vqa_seeds.sh OUT_DIR [SEEDS]   (default runs/vlp_pool, "1 2")
 set -euo pipefail

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from catcap.decoding.greedy import check_inputs
-from catcap.decoding.processors import NEG_INF, DecodeOutput, Processor, apply_processors, force_token
+from catcap.decoding.processors import NEG_INF, DecodeOutput, MaskingProcessor, Processor, apply_processors
 
 
 def penalised(sums: Tensor, length: int, alpha: float) -> Tensor:
@@ -118,13 +118,10 @@ def beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 
             beams = torch.arange(b, device=device).repeat_interleave(k)
             logits, state = logits.index_select(0, beams), state.reorder(beams, group=k)
         log_probs = logits.float().log_softmax(dim=-1)
-        scores = apply_processors(processors, log_probs, history, step)
-        if step == max_len:
-            scores = force_token(scores, torch.ones_like(done).repeat_interleave(k), model.eos_id,
-                                 log_probs[:, model.eos_id])
-        cand_sums, source, cand_tokens = _candidates(sums, scores)  # (B, 2K) each
+        totals = _totals(sums, log_probs, processors, history, step, step == max_len, model.eos_id)
+        cand_sums, source, cand_tokens = _candidates(totals, b)  # (B, 2K) each
         rows = first_row + source  # (B, 2K) source rows
-        cand_lp = log_probs.view(b, -1).gather(1, source * scores.shape[1] + cand_tokens)
+        cand_lp = log_probs.view(b, -1).gather(1, source * log_probs.shape[1] + cand_tokens)
         pool = pool.merged(_finished(cand_sums, cand_tokens, cand_lp, rows, history, history_lp,
                                      done, step, max_len, length_penalty, model))
         exhausted = torch.isneginf(cand_sums[:, 0]) & ~done  # no open beam of the image can go on
@@ -141,14 +138,32 @@ def beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 
     return _output(pool, num_return)
 
 
-def _candidates(sums: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Beam sums (B, K) and processed scores (B*K, V) -> the 2K best continuations of each
-    image, best first: their sums (B, 2K), source beams and tokens (B, 2K): one top-k over all
-    K x V sums. (Two top-k's, each beam's 2K best tokens first, pick the same candidates without
-    writing the (B*K, V) sums, but measured no faster: benchmarks/decode_levers.py, two_topk.)"""
-    b, k = sums.shape
-    vocab = scores.shape[1]
-    cand_sums, cand = (sums.view(-1, 1) + scores).view(b, -1).topk(2 * k, dim=1)
+def _totals(sums: Tensor, log_probs: Tensor, processors: tuple, history: Tensor, step: int, last: bool,
+            eos_id: int) -> Tensor:
+    """Every continuation's summed score (B*K, V): beam sum + processed log-prob, only ``<eos>``
+    at the last step. catcap's rules (:class:`MaskingProcessor`) mask the sums in place, which
+    gives exactly the sums of the masked log-probs (-inf + s = -inf) without a copy of the
+    (B*K, V) log-probs per rule; any other processor runs on the log-probs first."""
+    rows = sums.view(-1, 1)
+    if last:  # only <eos>, with its model log-prob, whatever the rules said
+        totals = torch.full_like(log_probs, NEG_INF)
+        totals[:, eos_id] = rows[:, 0] + log_probs[:, eos_id]
+        return totals
+    if all(isinstance(p, MaskingProcessor) for p in processors):
+        totals = rows + log_probs
+        for processor in processors:
+            processor.mask(totals, history, step)
+        return totals
+    return rows + apply_processors(processors, log_probs, history, step)
+
+
+def _candidates(totals: Tensor, images: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Summed scores (B*K, V) -> the 2K best continuations of each image, best first: their sums
+    (B, 2K), source beams and tokens (B, 2K): one top-k over all K x V sums. (Two top-k's, each
+    beam's 2K best tokens first, pick the same candidates without writing the (B*K, V) sums, but
+    measured no faster: benchmarks/decode_levers.py, two_topk.)"""
+    k, vocab = totals.shape[0] // images, totals.shape[1]
+    cand_sums, cand = totals.view(images, -1).topk(2 * k, dim=1)
     return cand_sums, torch.div(cand, vocab, rounding_mode="floor"), cand % vocab
 
 

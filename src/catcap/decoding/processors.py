@@ -6,6 +6,11 @@ renormalisation, so the score of an allowed token stays its model log-probabilit
 holds the tokens generated so far by each row (R rows = hypotheses, ``<bos>`` excluded) and
 ``t = history.shape[1]`` is the index of the token being chosen. Rules are vectorised over rows.
 
+catcap's own rules are :class:`MaskingProcessor` objects: they forbid by position (history and step),
+never by value, so a loop that owns a tensor of scores may apply them in place
+(:meth:`MaskingProcessor.mask`) — beam search masks the beams' summed scores directly instead of
+copying the (R, V) log-probs once per rule. A processor of any other kind is called as above.
+
 The maximum length is not a processor: the loops force ``<eos>`` at step ``max_len`` (see
 :func:`force_token`). This module also holds :class:`DecodeOutput`, the result of every loop.
 Legend: R rows, V vocab, T steps.
@@ -45,16 +50,6 @@ class DecodeOutput:
     group: int = 1
 
 
-def forbid(log_probs: Tensor, rows: Tensor, token: int) -> Tensor:
-    """Set ``log_probs[r, token] = -inf`` for the rows where ``rows`` (R,) is True.
-
-    Returns a new tensor; only the ``token`` column is rewritten (one (R, V) copy, no (R, V) mask).
-    """
-    out = log_probs.clone()
-    out[:, token] = out[:, token].masked_fill(rows, NEG_INF)
-    return out
-
-
 def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | float) -> Tensor:
     """Allow only ``token`` in the rows where ``rows`` (R,) is True, with log-prob ``value``
     (a float or (R,)), whatever the processors said about it. Returns ``log_probs`` itself when
@@ -67,7 +62,31 @@ def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | flo
     return out
 
 
-class MinLength:
+class MaskingProcessor:
+    """A rule that only sets tokens to ``-inf``, chosen by history and step, never by score.
+    ``mask`` writes that into ``scores`` (R, V) in place; calling the rule returns a masked copy
+    (or ``log_probs`` itself when the rule does nothing at this step)."""
+
+    def applies(self, history: Tensor, step: int) -> bool:
+        return True
+
+    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+        raise NotImplementedError
+
+    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+        if not self.applies(history, step):
+            return log_probs
+        out = log_probs.clone()
+        self.mask(out, history, step)
+        return out
+
+
+def _forbid_in_place(scores: Tensor, rows: Tensor, token: int) -> None:
+    """``scores[r, token] = -inf`` where ``rows`` (R,) is True, in place."""
+    scores[:, token] = scores[:, token].masked_fill(rows, NEG_INF)
+
+
+class MinLength(MaskingProcessor):
     """No ``<eos>`` before ``min_len`` words have been generated."""
 
     def __init__(self, min_len: int, eos_id: int):
@@ -75,13 +94,15 @@ class MinLength:
             raise ValueError(f"min_len must be >= 0, got {min_len}")
         self.min_len, self.eos_id = min_len, eos_id
 
-    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
-        if step >= self.min_len:
-            return log_probs
-        return forbid(log_probs, torch.ones_like(log_probs[:, 0], dtype=torch.bool), self.eos_id)
+    def applies(self, history: Tensor, step: int) -> bool:
+        return step < self.min_len
+
+    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+        if self.applies(history, step):
+            scores[:, self.eos_id] = NEG_INF
 
 
-class NoRepeatNGram:
+class NoRepeatNGram(MaskingProcessor):
     """A token that would complete an n-gram already present in the row's history is forbidden
     (trigram blocking for n = 3)."""
 
@@ -90,53 +111,58 @@ class NoRepeatNGram:
             raise ValueError(f"n-gram size must be >= 1, got {n}")
         self.n = n
 
-    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
+    def applies(self, history: Tensor, step: int) -> bool:
+        return history.shape[1] >= self.n
+
+    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
         n, t = self.n, history.shape[1]
         if t < n:
-            return log_probs
+            return
         grams = history.unfold(1, n, 1)  # (R, t-n+1, n): every n-gram generated so far
         prefix = history[:, t - n + 1:]  # (R, n-1): what the next token would extend
         match = (grams[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (R, t-n+1)
-        hits = torch.zeros_like(log_probs).scatter_add_(1, grams[:, :, -1], match.to(log_probs.dtype))
-        return log_probs.masked_fill(hits > 0, NEG_INF)
+        hits = torch.zeros_like(scores).scatter_add_(1, grams[:, :, -1], match.to(scores.dtype))
+        scores.masked_fill_(hits > 0, NEG_INF)
 
 
-class SuppressTokens:
+class SuppressTokens(MaskingProcessor):
     """Tokens that are never generated (e.g. ``<unk>``, ``<pad>``, ``<bos>``)."""
 
     def __init__(self, ids: Iterable[int]):
         self.ids = sorted(set(int(i) for i in ids))
 
-    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
-        if not self.ids:
-            return log_probs
-        out = log_probs.clone()
-        out[:, self.ids] = NEG_INF
-        return out
+    def applies(self, history: Tensor, step: int) -> bool:
+        return bool(self.ids)
+
+    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+        if self.ids:
+            scores[:, self.ids] = NEG_INF
 
 
-class BadEndings:
+class BadEndings(MaskingProcessor):
     """``<eos>`` is forbidden right after a word a caption should not end with
     ("a", "the", "of", "with", ...; the caller passes their ids)."""
 
     def __init__(self, word_ids: Iterable[int], eos_id: int):
         self.word_ids, self.eos_id = sorted(set(int(i) for i in word_ids)), eos_id
 
-    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
-        if history.shape[1] == 0 or not self.word_ids:
-            return log_probs
-        ids = torch.tensor(self.word_ids, device=history.device)
-        return forbid(log_probs, torch.isin(history[:, -1], ids), self.eos_id)
+    def applies(self, history: Tensor, step: int) -> bool:
+        return history.shape[1] > 0 and bool(self.word_ids)
+
+    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+        if self.applies(history, step):
+            ids = torch.tensor(self.word_ids, device=history.device)
+            _forbid_in_place(scores, torch.isin(history[:, -1], ids), self.eos_id)
 
 
-class SuppressEos:
+class SuppressEos(MaskingProcessor):
     """``<eos>`` is never chosen before ``max_len`` (benchmarks that must run to full length)."""
 
     def __init__(self, eos_id: int):
         self.eos_id = eos_id
 
-    def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
-        return forbid(log_probs, torch.ones_like(log_probs[:, 0], dtype=torch.bool), self.eos_id)
+    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+        scores[:, self.eos_id] = NEG_INF
 
 
 def build_processors(eos_id: int, *, min_len: int = 0, no_repeat_ngram: int = 0,
