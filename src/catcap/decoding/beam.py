@@ -161,7 +161,7 @@ def _candidates(totals: Tensor, images: int) -> tuple[Tensor, Tensor, Tensor]:
     """Summed scores (B*K, V) -> the 2K best continuations of each image, best first: their sums
     (B, 2K), source beams and tokens (B, 2K): one top-k over all K x V sums. (Two top-k's, each
     beam's 2K best tokens first, pick the same candidates without writing the (B*K, V) sums, but
-    measured no faster: benchmarks/decode_levers.py, two_topk.)"""
+    measured no faster: two_topk in benchmarks/results/decode.md.)"""
     k, vocab = totals.shape[0] // images, totals.shape[1]
     cand_sums, cand = totals.view(images, -1).topk(2 * k, dim=1)
     return cand_sums, torch.div(cand, vocab, rounding_mode="floor"), cand % vocab

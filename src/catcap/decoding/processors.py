@@ -65,25 +65,27 @@ def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | flo
 class MaskingProcessor:
     """A rule that only sets tokens to ``-inf``, chosen by history and step, never by score.
     ``mask`` writes that into ``scores`` (R, V) in place; calling the rule returns a masked copy
-    (or ``log_probs`` itself when the rule does nothing at this step)."""
+    (or ``log_probs`` itself when the rule does nothing at this step). A subclass implements
+    ``_forbid`` (in place) and, when the rule is idle at some steps, ``applies``."""
 
     def applies(self, history: Tensor, step: int) -> bool:
         return True
 
     def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+        """Set the forbidden tokens of ``scores`` (R, V) to ``-inf``, in place."""
+        if self.applies(history, step):
+            self._forbid(scores, history, step)
+
+    def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
+        """:meth:`mask` where the rule applies."""
         raise NotImplementedError
 
     def __call__(self, log_probs: Tensor, history: Tensor, step: int) -> Tensor:
         if not self.applies(history, step):
             return log_probs
         out = log_probs.clone()
-        self.mask(out, history, step)
+        self._forbid(out, history, step)
         return out
-
-
-def _forbid_in_place(scores: Tensor, rows: Tensor, token: int) -> None:
-    """``scores[r, token] = -inf`` where ``rows`` (R,) is True, in place."""
-    scores[:, token] = scores[:, token].masked_fill(rows, NEG_INF)
 
 
 class MinLength(MaskingProcessor):
@@ -97,9 +99,8 @@ class MinLength(MaskingProcessor):
     def applies(self, history: Tensor, step: int) -> bool:
         return step < self.min_len
 
-    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
-        if self.applies(history, step):
-            scores[:, self.eos_id] = NEG_INF
+    def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
+        scores[:, self.eos_id] = NEG_INF
 
 
 class NoRepeatNGram(MaskingProcessor):
@@ -114,10 +115,8 @@ class NoRepeatNGram(MaskingProcessor):
     def applies(self, history: Tensor, step: int) -> bool:
         return history.shape[1] >= self.n
 
-    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+    def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
         n, t = self.n, history.shape[1]
-        if t < n:
-            return
         grams = history.unfold(1, n, 1)  # (R, t-n+1, n): every n-gram generated so far
         prefix = history[:, t - n + 1:]  # (R, n-1): what the next token would extend
         match = (grams[:, :, :-1] == prefix[:, None, :]).all(dim=2)  # (R, t-n+1)
@@ -134,9 +133,8 @@ class SuppressTokens(MaskingProcessor):
     def applies(self, history: Tensor, step: int) -> bool:
         return bool(self.ids)
 
-    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
-        if self.ids:
-            scores[:, self.ids] = NEG_INF
+    def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
+        scores[:, self.ids] = NEG_INF
 
 
 class BadEndings(MaskingProcessor):
@@ -149,10 +147,9 @@ class BadEndings(MaskingProcessor):
     def applies(self, history: Tensor, step: int) -> bool:
         return history.shape[1] > 0 and bool(self.word_ids)
 
-    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
-        if self.applies(history, step):
-            ids = torch.tensor(self.word_ids, device=history.device)
-            _forbid_in_place(scores, torch.isin(history[:, -1], ids), self.eos_id)
+    def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
+        after_bad_word = torch.isin(history[:, -1], torch.tensor(self.word_ids, device=history.device))
+        scores[:, self.eos_id] = scores[:, self.eos_id].masked_fill(after_bad_word, NEG_INF)
 
 
 class SuppressEos(MaskingProcessor):
@@ -161,7 +158,7 @@ class SuppressEos(MaskingProcessor):
     def __init__(self, eos_id: int):
         self.eos_id = eos_id
 
-    def mask(self, scores: Tensor, history: Tensor, step: int) -> None:
+    def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
         scores[:, self.eos_id] = NEG_INF
 
 
