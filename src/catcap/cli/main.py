@@ -13,7 +13,10 @@ from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, merge_cmds, metri
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="catcap", description="catcap: image captioning with the "
-                                     "Context-Assisted Transformer, COCO-exact metrics and friends.")
+                                     "Context-Assisted Transformer, COCO-exact metrics and friends.",
+                                     epilog="Every command lets glibc reuse freed memory instead of returning it "
+                                     "(faster CPU decoding; the process keeps its peak memory): "
+                                     "CATCAP_MALLOC=system keeps glibc's defaults (docs/architecture.md).")
     parser.add_argument("--version", action="version", version=f"catcap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     train_cmds.register(sub)
