@@ -16,6 +16,16 @@ Levers (the "off" side restores what catcap did before, by patching, in this pro
                 buffers written in place, reorders gathering into a spare pair
                 (``catcap.models.cross.memory``; kept 2026-11-26 night), against a grown copy per
                 step and a reordered copy per reorder ("off" patches ``KeyValueMemory.appended``)
+  packed_weights the Linear layers' weights packed once into oneDNN's blocked layout in eval mode
+                (``catcap.models.linear.Linear.packed_weight``), against oneDNN reading the plain
+                (out, in) weight at every call ("off" patches ``Linear.forward``)
+  fused_qkv     the decoder's self-attention queries, keys and values as one (D, 3D) product per
+                layer and step instead of three (D, D) ones (tried 2026-11-27, not kept; "on"
+                patches ``DecoderLayer.step``)
+  compile_ffn   each decoder layer's FFN block (LayerNorm, FFN, residual add) compiled by
+                ``torch.compile`` (Inductor, static shapes; TORCHINDUCTOR_FREEZING=1 freezes the
+                weights) in every step (tried 2026-11-27, not kept). The whole step has no static
+                shape: its self-attention reads one more key per step
   masked_sums   beam search's rules masking the beams' summed scores in place (kept 2026-11-26
                 night), against each rule copying the (B*K, V) log-probs before the sums are
                 added ("off" patches ``catcap.decoding.beam._totals``); beam only
@@ -44,11 +54,13 @@ import catcap.decoding.greedy as greedy_module
 import catcap.decoding.processors as processors
 import catcap.models.attention as attention
 import catcap.models.cross.memory as memory
+import catcap.models.linear as linear_module
 from catcap.decoding import beam_search, greedy
 from catcap.malloc import CHOICES, keep_freed_memory
 from decode import B, F, N, T, V, Bench
 
-LEVERS = ("few_queries", "allowed_check", "bf16_weights", "inplace_memory", "masked_sums")
+LEVERS = ("few_queries", "allowed_check", "bf16_weights", "inplace_memory", "masked_sums", "packed_weights", "fused_qkv",
+          "compile_ffn")
 ONLY = {"masked_sums": "beam"}  # the job a lever applies to
 
 
@@ -70,6 +82,11 @@ def _copied_totals(sums, log_probs, processors_, history, step, last, eos_id):
         scores = processors.force_token(scores, torch.ones_like(scores[:, 0], dtype=torch.bool), eos_id,
                                         log_probs[:, eos_id])
     return sums.view(-1, 1) + scores
+
+
+def _plain_forward(self, x):
+    """Linear.forward as before the packed weights: oneDNN reads the (out, in) weight each call."""
+    return linear_module.linear(x, self.weight, self.bias)
 
 
 _fused_attend = attention.attend
@@ -106,6 +123,9 @@ def lever_off(name: str):
     if name == "inplace_memory":
         saved.append((memory.KeyValueMemory, "appended", memory.KeyValueMemory.appended))
         memory.KeyValueMemory.appended = _copied_appended
+    if name == "packed_weights":
+        saved.append((linear_module.Linear, "forward", linear_module.Linear.forward))
+        linear_module.Linear.forward = _plain_forward
     if name == "masked_sums":
         saved.append((beam_module, "_totals", beam_module._totals))
         beam_module._totals = _copied_totals
@@ -116,7 +136,64 @@ def lever_off(name: str):
             setattr(module, attr, value)
 
 
-TRIED = {"few_queries": few_queries_on}  # "on" patches it in
+def _fused_qkv_step(self, x, cache, prepared, memory_mask, group):
+    """DecoderLayer.step with q, k and v from one product of the concatenated weights."""
+    attn = self.self_attn
+    if "_qkv" not in attn.__dict__:
+        attn.__dict__["_qkv"] = linear_module.Linear(attn.d_model, 3 * attn.d_model).eval()
+        with torch.no_grad():
+            attn._qkv.weight.copy_(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+            attn._qkv.bias.copy_(torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]))
+    h = self.norm1(x)
+    q, k, v = (attn._split(part) for part in attn._qkv(h).split(attn.d_model, dim=-1))
+    mem = cache["self"].appended(attention.KeyValue(k, v))
+    heads, _ = attention.attend(q, mem.keys.k, mem.keys.v, None)
+    x = x + self.dropout(attn.merge(heads))
+    c, cross_cache, extras = self.cross.step(x, prepared, memory_mask, cache["cross"], group)
+    return c + self.dropout(self.ffn(self.norm3(c))), {"self": mem, "cross": cross_cache}, extras
+
+
+@contextlib.contextmanager
+def fused_qkv_on():
+    """The tried lever: one (D, 3D) self-attention product per decoder layer and step."""
+    from catcap.models.decoders.transformer import DecoderLayer
+
+    step = DecoderLayer.step
+    DecoderLayer.step = _fused_qkv_step
+    try:
+        yield
+    finally:
+        DecoderLayer.step = step
+
+
+_COMPILED = {}
+
+
+def _compiled_ffn_step(self, x, cache, prepared, memory_mask, group):
+    """DecoderLayer.step with its FFN block compiled (one graph per layer and row count)."""
+    h = self.norm1(x)
+    mem = cache["self"].appended(self.self_attn.project_kv(h))
+    x = x + self.dropout(self.self_attn(h, mem.keys)[0])
+    c, cross_cache, extras = self.cross.step(x, prepared, memory_mask, cache["cross"], group)
+    block = _COMPILED.setdefault(id(self), torch.compile(lambda c, layer=self: c + layer.ffn(layer.norm3(c)),
+                                                         dynamic=False))
+    return block(c), {"self": mem, "cross": cross_cache}, extras
+
+
+@contextlib.contextmanager
+def compile_ffn_on():
+    """The tried lever: the decoder layers' FFN blocks through torch.compile."""
+    from catcap.models.decoders.transformer import DecoderLayer
+
+    step = DecoderLayer.step
+    DecoderLayer.step = _compiled_ffn_step
+    try:
+        yield
+    finally:
+        DecoderLayer.step = step
+
+
+TRIED = {"few_queries": few_queries_on, "fused_qkv": fused_qkv_on, "compile_ffn": compile_ffn_on}  # "on" patches it in
 
 
 def main() -> None:
@@ -155,7 +232,7 @@ def main() -> None:
         for lever in args.levers:
             if ONLY.get(lever, job) != job:
                 continue
-            run(job, lever, True), run(job, lever, False)  # warm-up
+            run(job, lever, True), run(job, lever, False)  # warm-up (compile_ffn: compiles)
             on, off = [], []
             for r in range(args.repeats):
                 order = (True, False) if r % 2 == 0 else (False, True)

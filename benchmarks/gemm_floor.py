@@ -25,7 +25,9 @@ per layer, so each step reads them from memory as decoding must. PyTorch's fused
 floor. Prints one JSON line per shape and one with the totals.
 
 The products run as catcap's Linear layers run them (``catcap.models.linear``): through
-oneDNN where catcap picks it (a non-Intel CPU with AVX-512), else through PyTorch (MKL).
+oneDNN where catcap picks it (a non-Intel CPU with AVX-512), else through PyTorch (MKL); the
+decoding jobs' forward products from weights packed once into oneDNN's layout, as decoding
+(eval mode, no gradients) reads them, the training step's from the plain weights.
 Compare the two with the environment variable:
 
 Usage: python benchmarks/gemm_floor.py [--repeats 30] [--jobs greedy beam train_step]
@@ -41,7 +43,7 @@ import time
 import torch
 
 from catcap.config import load_config
-from catcap.models.linear import cpu_gemm_backend, linear
+from catcap.models.linear import Linear, cpu_gemm_backend
 from catcap.training.experiment import ExperimentConfig
 from decode import PRESETS, B, N, T, V
 
@@ -86,15 +88,15 @@ def shapes(job: str = "greedy") -> list[tuple[str, int, int, int, int, bool]]:
 def seconds(rows: int, fan_in: int, fan_out: int, repeats: int, backward: bool = False,
             input_grad: bool = True) -> float:
     """One product (with its backward products when ``backward``), seconds each."""
-    x, w, b = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(fan_out)
+    layer = Linear(fan_in, fan_out).train(backward)  # eval: the packed weight decoding reads
+    x = torch.randn(rows, fan_in)
     if backward:
         x.requires_grad_(input_grad)
-        w.requires_grad_(True)
-        b.requires_grad_(True)
         grad = torch.randn(rows, fan_out)
 
     def once():
-        y = linear(x, w, b)
+        with torch.set_grad_enabled(backward):
+            y = layer(x)
         if backward:
             y.backward(grad)
 

@@ -178,3 +178,51 @@ def test_the_onednn_self_check_passes_inside_a_bf16_autocast():
         pytest.skip("PyTorch without oneDNN")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert lin._onednn_problem() is None
+
+
+def test_eval_without_grad_reads_a_packed_weight_with_the_same_result(onednn):
+    layer = lin.Linear(24, 40).eval()
+    x = torch.randn(64, 24)
+    with torch.no_grad():
+        packed = layer(x)
+        first = layer.packed_weight()
+        layer(x)
+    assert layer.packed_weight() is first  # packed once, kept
+    assert torch.allclose(packed, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    assert list(layer.state_dict()) == ["weight", "bias"]
+
+
+def test_packed_weight_follows_weight_changes(onednn):
+    layer = lin.Linear(24, 40).eval()
+    x = torch.randn(64, 24)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(-2.0)  # in place: the version counter moves
+        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        layer.load_state_dict({"weight": torch.zeros(40, 24), "bias": torch.ones(40)})
+        assert torch.equal(layer(x), torch.ones(64, 40))
+
+
+def test_training_mode_and_autograd_use_the_plain_weight(onednn):
+    layer = lin.Linear(24, 40).eval()
+    with torch.no_grad():
+        layer(torch.randn(8, 24))
+    assert "_packed" in layer.__dict__
+    layer.train()
+    assert "_packed" not in layer.__dict__  # dropped: training changes the weights
+    x = torch.randn(8, 24, requires_grad=True)
+    layer.eval()(x).sum().backward()  # eval with gradients: the autograd path, no packing
+    assert "_packed" not in layer.__dict__ and x.grad is not None
+
+
+def test_copies_leave_the_packed_weight_out(onednn):
+    import copy
+
+    layer = lin.Linear(24, 40).eval()
+    with torch.no_grad():
+        layer(torch.randn(8, 24))
+    twin = copy.deepcopy(layer)
+    assert "_packed" not in twin.__dict__
+    with torch.no_grad():
+        x = torch.randn(8, 24)
+        assert torch.equal(twin(x), layer(x))
