@@ -145,8 +145,9 @@ def main() -> None:
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS,
                         help="time only these jobs (e.g. `--jobs beam` under a profiler)")
     parser.add_argument("--floors", action="store_true",
-                        help="also time each job's matrix products alone (gemm_floor.py) in this run, one "
-                             "thread, and print the Transformer's ratio to them (first model: transformer)")
+                        help="also time each job's matrix products and attention kernels alone (gemm_floor.py) "
+                             "in this run, one thread, paired with the Transformer's job in every repeat, and "
+                             "print its ratio to them (first model: transformer)")
     parser.add_argument("--malloc", choices=CHOICES, default="catcap",
                         help="catcap: glibc keeps freed memory for reuse, as the catcap commands run (default); "
                              "system: glibc's defaults (catcap/malloc.py)")
@@ -186,26 +187,39 @@ def run(benches: list[Bench], args, precision: str) -> None:
                 result["gemm"] = cpu_gemm_backend()
                 result["malloc"] = "catcap" if args.malloc_applied else "system"
             if args.floors and b is benches[0] and threads == 1:
-                add_floors(result, args)
+                add_floors(result, args, b)
             print(json.dumps(result), flush=True)
 
 
-def add_floors(result: dict, args) -> None:
-    """``{job}_floor_s`` (the job's matrix products alone, gemm_floor.py) and ``{job}_floor_ratio``
-    (the job's median time over it), for the paper-size Transformer; ``{job}_attention_floor_s``
-    (its attention kernels alone) and ``{job}_floor_ratio_with_attention`` (the median time over
-    products + attention)."""
+def add_floors(result: dict, args, bench: Bench) -> None:
+    """The paper-size Transformer's floors, paired with its own job times: in every repeat the
+    job runs once and its matrix products alone (gemm_floor.py, 10 calls per shape) and attention
+    kernels alone (5 per shape) are timed right after it or right before it (alternating), so
+    that the VM's drift between runs moves a job and its floor together. Fields:
+    ``{job}_floor_s`` and ``{job}_attention_floor_s`` (medians), ``{job}_paired_s`` (the job's
+    median in these repeats), ``{job}_floor_ratio`` and ``{job}_floor_ratio_with_attention``
+    (medians of the per-repeat ratios to the products, and to products + attention)."""
     from gemm_floor import attention_floor, floor
 
     if result["model"] != "transformer" or args.device != "cpu":
         raise SystemExit("--floors needs --device cpu and transformer as the first model: the floors are its products")
     for job in args.jobs:
-        seconds, _ = floor(job, max(5, args.repeats))
-        result[f"{job}_floor_s"] = round(seconds, 4)
-        result[f"{job}_floor_ratio"] = round(result[f"{job}_s"] / seconds, 3)
-        attention = attention_floor(job, max(3, args.repeats))
-        result[f"{job}_attention_floor_s"] = round(attention, 4)
-        result[f"{job}_floor_ratio_with_attention"] = round(result[f"{job}_s"] / (seconds + attention), 3)
+        times, products, attention = [], [], []
+        for r in range(args.repeats):
+            for part in (("job", "floor") if r % 2 == 0 else ("floor", "job")):
+                if part == "job":
+                    start = time.perf_counter()
+                    getattr(bench, job)()
+                    times.append(time.perf_counter() - start)
+                else:
+                    products.append(floor(job, 10)[0])
+                    attention.append(attention_floor(job, 5))
+        result[f"{job}_floor_s"] = round(statistics.median(products), 4)
+        result[f"{job}_attention_floor_s"] = round(statistics.median(attention), 4)
+        result[f"{job}_paired_s"] = round(statistics.median(times), 4)
+        result[f"{job}_floor_ratio"] = round(statistics.median(t / p for t, p in zip(times, products)), 3)
+        result[f"{job}_floor_ratio_with_attention"] = round(
+            statistics.median(t / (p + a) for t, p, a in zip(times, products, attention)), 3)
 
 
 if __name__ == "__main__":

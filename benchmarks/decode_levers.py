@@ -26,6 +26,9 @@ Levers (the "off" side restores what catcap did before, by patching, in this pro
                 ``torch.compile`` (Inductor, static shapes; TORCHINDUCTOR_FREEZING=1 freezes the
                 weights) in every step (tried 2026-11-27, not kept). The whole step has no static
                 shape: its self-attention reads one more key per step
+  inference_mode decoding under ``torch.inference_mode()`` instead of ``torch.no_grad()`` (less
+                autograd bookkeeping per op; tried 2026-11-27, not kept: tensors made under it
+                cannot be saved for backward later, as SCST's decodes are)
   masked_sums   beam search's rules masking the beams' summed scores in place (kept 2026-11-26
                 night), against each rule copying the (B*K, V) log-probs before the sums are
                 added ("off" patches ``catcap.decoding.beam._totals``); beam only
@@ -60,7 +63,7 @@ from catcap.malloc import CHOICES, keep_freed_memory
 from decode import B, F, N, T, V, Bench
 
 LEVERS = ("few_queries", "allowed_check", "bf16_weights", "inplace_memory", "masked_sums", "packed_weights", "fused_qkv",
-          "compile_ffn")
+          "compile_ffn", "inference_mode")
 ONLY = {"masked_sums": "beam"}  # the job a lever applies to
 
 
@@ -193,7 +196,8 @@ def compile_ffn_on():
         DecoderLayer.step = step
 
 
-TRIED = {"few_queries": few_queries_on, "fused_qkv": fused_qkv_on, "compile_ffn": compile_ffn_on}  # "on" patches it in
+TRIED = {"few_queries": few_queries_on, "fused_qkv": fused_qkv_on, "compile_ffn": compile_ffn_on,
+         "inference_mode": torch.inference_mode}  # "on" patches it in
 
 
 def main() -> None:
