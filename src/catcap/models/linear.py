@@ -26,17 +26,17 @@ CPU linears) is private to PyTorch: it is checked against ``F.linear`` on first 
 it is missing or disagrees, catcap falls back to PyTorch's path with a warning.
 
 **Packed weights for decoding.** A oneDNN product from a plain (out, in) weight is slower than
-from the same weight packed beforehand into oneDNN's blocked layout (as Inductor's frozen graphs
-do). In eval mode without gradients (decoding, evaluation,
-captioning) a :class:`Linear` instead packs its weight once (``_reorder_linear_weight``) and
-reads the packed copy until the weight changes: the same results to the bit (checked for 2 to
-2,500 rows; a single row keeps the plain path, whose kernel sums in another order), each
-product 15-20% faster at 50 rows and ~3% at 250; greedy decoding of the paper-size Transformer
-0.925x the time, beam 5 0.957x (``benchmarks/decode_levers.py --levers packed_weights``). The
-copy costs the weight's size again in memory, is never saved, and is dropped by ``train()``.
-A change is seen through the weight's identity and version counter (optimizer steps, in-place
-ops, ``load_state_dict``); writes through ``weight.data`` bypass the counter: after such a
-write call ``model.train()`` once, or write under ``torch.no_grad()`` instead.
+from the same weight packed beforehand into oneDNN's blocked layout (as Inductor's frozen
+graphs do). In eval mode without gradients (decoding, evaluation, captioning) a :class:`Linear`
+instead packs its weight once (``_reorder_linear_weight``) and reads the packed copy until the
+weight changes: the same results to the bit (checked for 2 to 2,500 rows; a single row keeps
+the plain path, whose kernel sums in another order), each product 15-20% faster at 50 rows and
+~3% at 250; greedy decoding of the paper-size Transformer 0.924x the time, beam 5 0.970x (quiet
+machine; ``benchmarks/decode_levers.py --levers packed_weights``). The copy costs the weight's
+size again in memory, is never saved, and is dropped by ``train()``. A change is seen through
+the weight's identity and version counter (optimizer steps, in-place ops, ``load_state_dict``);
+writes through ``weight.data`` bypass the counter: after such a write call ``model.train()``
+once, or write under ``torch.no_grad()`` instead.
 
 Weights keep ``nn.Linear``'s names and shapes, so checkpoints are unaffected.
 """
