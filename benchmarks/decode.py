@@ -148,9 +148,7 @@ def main() -> None:
                         help="also time each job's matrix products and attention kernels alone (gemm_floor.py) "
                              "in this run, one thread, paired with the Transformer's job in every repeat, and "
                              "print its ratio to them (first model: transformer)")
-    parser.add_argument("--malloc", choices=CHOICES, default="catcap",
-                        help="catcap: glibc keeps freed memory for reuse, as the catcap commands run (default); "
-                             "system: glibc's defaults (catcap/malloc.py)")
+    add_malloc_argument(parser)
     args = parser.parse_args()
     args.malloc_applied = keep_freed_memory(args.malloc)
     device = torch.device(args.device)
@@ -163,6 +161,13 @@ def main() -> None:
     for precision in args.precision:
         benches = [Bench(name, (feats, mask, captions), device, precision) for name in args.models]
         run(benches, args, precision)
+
+
+def add_malloc_argument(parser: argparse.ArgumentParser) -> None:
+    """``--malloc catcap|system`` (catcap.malloc), as decode.py and decode_levers.py take it."""
+    parser.add_argument("--malloc", choices=CHOICES, default="catcap",
+                        help="catcap: glibc keeps freed memory for reuse, as the catcap commands run (default); "
+                             "system: glibc's defaults (catcap/malloc.py)")
 
 
 def run(benches: list[Bench], args, precision: str) -> None:

@@ -59,8 +59,8 @@ import catcap.models.attention as attention
 import catcap.models.cross.memory as memory
 import catcap.models.linear as linear_module
 from catcap.decoding import beam_search, greedy
-from catcap.malloc import CHOICES, keep_freed_memory
-from decode import B, F, N, T, V, Bench
+from catcap.malloc import keep_freed_memory
+from decode import B, F, N, T, V, Bench, add_malloc_argument
 
 LEVERS = ("few_queries", "allowed_check", "bf16_weights", "inplace_memory", "masked_sums", "packed_weights", "fused_qkv",
           "compile_ffn", "inference_mode")
@@ -205,9 +205,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--jobs", nargs="+", default=["greedy", "beam"], choices=["greedy", "beam"])
     parser.add_argument("--levers", nargs="+", default=list(LEVERS), choices=LEVERS)
-    parser.add_argument("--malloc", choices=CHOICES, default="catcap",
-                        help="catcap: glibc keeps freed memory for reuse, as the catcap commands run (default); "
-                             "system: glibc's defaults (catcap/malloc.py)")
+    add_malloc_argument(parser)
     args = parser.parse_args()
     applied = keep_freed_memory(args.malloc)
     torch.set_num_threads(1)

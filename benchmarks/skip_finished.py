@@ -61,10 +61,6 @@ def greedy_skipping(model, features, feature_mask, max_len, processors=()):
     """catcap's greedy loop, running the model only on rows that have not finished."""
     memory, memory_mask = model.encode(features, feature_mask)
     state = model.init_state(memory, memory_mask, group=1)
-    try:
-        select_rows(state.memory, torch.arange(1))
-    except TypeError as err:
-        sys.exit(f"skip_finished.py: this model's prepared memory cannot be narrowed by image ({err})")
     rows, floor = features.shape[0], min_rows(model, features.shape[0])
     active = torch.arange(rows)
     tokens = torch.full((rows,), model.bos_id, dtype=torch.long)
@@ -87,6 +83,16 @@ def greedy_skipping(model, features, feature_mask, max_len, processors=()):
             keep = open_rows if open_rows.shape[0] >= floor else _padded(open_rows, active.shape[0], floor)
             state, active = narrowed(state, keep), active[keep]
     return rows_output(history, torch.stack(chosen, 1), torch.stack(masks, 1), 1), row_steps
+
+
+@torch.no_grad()
+def check_narrowable(model, features: torch.Tensor) -> None:
+    """Exit with a message when the model's prepared image memory has no per-image selection."""
+    memory, memory_mask = model.encode(features[:1], torch.ones(features.shape[:2], dtype=torch.bool)[:1])
+    try:
+        select_rows(model.init_state(memory, memory_mask).memory, torch.arange(1))
+    except TypeError as err:
+        sys.exit(f"skip_finished.py: this model's prepared memory cannot be narrowed by image ({err})")
 
 
 def _padded(open_rows: torch.Tensor, size: int, floor: int) -> torch.Tensor:
@@ -122,17 +128,18 @@ def main() -> None:
         batch = [torch.as_tensor(store.get(r.key).regions) for r in records[start:start + args.batch]]
         feats = torch.stack(batch).float()
         mask = torch.ones(feats.shape[:2], dtype=torch.bool)
+        if start == 0:
+            check_narrowable(model, feats)
         plain, skipping = [], []
         for r in range(args.repeats):
             for skip in ((False, True) if r % 2 == 0 else (True, False)):
                 t0 = time.perf_counter()
-                out = greedy_skipping(model, feats, mask, args.max_len) if skip else greedy(model, feats, mask, args.max_len)
-                (skipping if skip else plain).append(time.perf_counter() - t0)
                 if skip:
-                    out, run = out
+                    out, run = greedy_skipping(model, feats, mask, args.max_len)
                     skip_tokens = out.tokens
                 else:
-                    plain_tokens = out.tokens
+                    plain_tokens = greedy(model, feats, mask, args.max_len).tokens
+                (skipping if skip else plain).append(time.perf_counter() - t0)
         same = same and torch.equal(skip_tokens, plain_tokens)
         steps_run += run
         steps_all += plain_tokens.shape[0] * plain_tokens.shape[1]

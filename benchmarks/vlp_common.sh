@@ -8,6 +8,15 @@ shapes_data() {
         train.batch_size=50 train.schedule.warmup=600)
 }
 
+# pool_pretraining WORLD: sets the array `pretrain` to the arguments of the low-rate masked-token
+# pre-training on a pool world's captions (vlp_small, noam factor 0.25, 600 warm-up steps, batch 50;
+# add train.epochs and out_dir): vlp_pretrain_rate.sh's pre_lo, resumed by vlp_pretrain_length.sh.
+pool_pretraining() {
+  pretrain=(--config configs/models/vlp_small.yaml data.dataset=$1/dataset_shapes.json data.features=$1/features.h5
+            data.min_count=1 train.progress=false train.batch_size=50 train.schedule.factor=0.25
+            train.schedule.warmup=600 train.mlm.enabled=true)
+}
+
 # mark_few SPLIT_IN SPLIT_OUT N: a copy of a split file whose first N training images are in a
 # split of their own, "few" (the labelled set of a few-labels or larger-pool comparison).
 mark_few() {

@@ -19,12 +19,11 @@ source "$(dirname "$0")/vlp_common.sh"
 world=$out/world
 [ -e $out/pre_lo/last ] && [ -e $out/dataset_vqa300.json ] || \
   { echo "run benchmarks/vlp_pretrain_rate.sh $out first (needs $out/pre_lo/last and $out/dataset_vqa300.json)" >&2; exit 2; }
+pool_pretraining $world
 [ -e $out/pre_len ] || cp -r $out/pre_lo $out/pre_len
 for k in $epochs; do
   [ -e $out/pre_len_e$k/last ] || {
-    catcap train --config configs/models/vlp_small.yaml data.features=$world/features.h5 data.min_count=1 \
-        train.progress=false train.batch_size=50 train.schedule.factor=0.25 data.dataset=$world/dataset_shapes.json \
-        train.mlm.enabled=true train.epochs=$k train.schedule.warmup=600 out_dir=$out/pre_len --resume
+    catcap train "${pretrain[@]}" train.epochs=$k out_dir=$out/pre_len --resume
     mkdir -p $out/pre_len_e$k && cp -r $out/pre_len/last $out/pre_len_e$k/last; }
   python "$(dirname "$0")/vlp_size_probe.py" $out/pre_len_e$k/last | tee $out/pre_len_e${k}_probe.txt
 done

@@ -32,9 +32,8 @@ caption() { local run=$1; shift
 vqa() { [ -e $out/$1/best ] || catcap vqa train --checkpoint $out/pre_lo/last --out $out/$1 --epochs $3 \
     --dataset $2 --no-progress ${4:-}; }
 
-[ -e $out/pre_lo/last ] || catcap train --config configs/models/vlp_small.yaml "${common[@]}" \
-    data.dataset=$world/dataset_shapes.json train.mlm.enabled=true train.epochs=1 train.schedule.warmup=600 \
-    out_dir=$out/pre_lo
+pool_pretraining $world
+[ -e $out/pre_lo/last ] || catcap train "${pretrain[@]}" train.epochs=1 out_dir=$out/pre_lo
 few=("${common[@]}" data.dataset=$out/dataset_pool.json data.train_split=few train.epochs=4 train.schedule.warmup=600)
 [ -e $out/dataset_300.json ] || mark_few "$world/dataset_shapes.json" "$out/dataset_300.json" 300
 f300=("${common[@]}" data.dataset=$out/dataset_300.json data.train_split=few train.epochs=12 train.schedule.warmup=150)

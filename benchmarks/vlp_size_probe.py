@@ -16,26 +16,21 @@ from collections import Counter
 
 import torch
 
-from catcap.config import from_dict
+from catcap.captioner import Captioner
 from catcap.data.features import open_feature_store
-from catcap.data.geometry import with_geometry
 from catcap.data.karpathy import load_karpathy
 from catcap.data.vocab import Vocab
-from catcap.models.vlp import MASK_ID
-from catcap.training.checkpoint import load_checkpoint
-from catcap.training.experiment import ExperimentConfig
-from catcap.training.vqa import _vlp_captioner
+from catcap.models.vlp import MASK_ID, VLPDecoder
 
 FAMILIES = {"small": ("small", "tiny", "little"), "large": ("large", "big")}
 
 
-def load_vlp(path: str):
-    """-> (captioner in eval mode, vocab, experiment config) of a VLP captioning/pre-training checkpoint."""
-    ckpt = load_checkpoint(path)
-    config, vocab = from_dict(ExperimentConfig, ckpt["config"]), Vocab.from_dict(ckpt["vocab"])
-    model = _vlp_captioner(config, len(vocab))
-    model.load_state_dict(ckpt["weights"])
-    return model.eval(), vocab, config
+def load_vlp(path: str) -> Captioner:
+    """A VLP captioning / pre-training checkpoint, refused if it is another model."""
+    captioner = Captioner.from_pretrained(path, device="cpu")
+    if not isinstance(captioner.model.decoder, VLPDecoder):
+        raise SystemExit(f"{path} is not a VLP model (model.decoder={captioner.config.model.decoder!r})")
+    return captioner
 
 
 def masked_size_word(tokens: list[str], vocab: Vocab, max_len: int):
@@ -51,11 +46,12 @@ def masked_size_word(tokens: list[str], vocab: Vocab, max_len: int):
 
 @torch.no_grad()
 def probe(path: str, dataset: str | None, split: str, limit: int) -> dict:
-    model, vocab, config = load_vlp(path)
-    store = with_geometry(open_feature_store(config.data.features), config.model)
+    captioner = load_vlp(path)
+    model, vocab = captioner.model, captioner.vocab
+    store = captioner.reading(open_feature_store(captioner.data_file("features")))
     word_ids = {f: [vocab.tokens.index(w) for w in words if w in vocab.tokens] for f, words in FAMILIES.items()}
     outcomes = Counter()
-    for rec in load_karpathy(dataset or config.data.dataset, [split])[split][:limit]:
+    for rec in load_karpathy(dataset or captioner.data_file("dataset"), [split])[split][:limit]:
         regions = torch.as_tensor(store.get(rec.key).regions)[None]
         region_mask = torch.ones(regions.shape[:2], dtype=torch.bool)
         memory = model.encoder(regions, region_mask)
@@ -64,7 +60,7 @@ def probe(path: str, dataset: str | None, split: str, limit: int) -> dict:
             if found is None:
                 continue
             ids, pos, truth = found
-            logits = model.decoder.masked_lm(memory, region_mask, ids, ids != 0, "bidirectional")[0, pos]
+            logits = model.decoder.masked_lm(memory, region_mask, ids, ids != vocab.pad_id, "bidirectional")[0, pos]
             guess = max(word_ids, key=lambda f: float(logits[word_ids[f]].max()))
             outcomes[(truth, guess)] += 1
     total = sum(outcomes.values())

@@ -62,10 +62,11 @@ class Linear(nn.Linear):
     without gradients, oneDNN reads a packed copy of the weight (:meth:`packed_weight`)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if (not self.training and not torch.is_grad_enabled() and x.numel() >= 2 * self.in_features
-                and _use_onednn(x, self.weight)):  # one row: the packed layout's kernel sums in another order
-            return _product(x, self.packed_weight(), self.bias)
-        return linear(x, self.weight, self.bias)
+        if not _use_onednn(x, self.weight):
+            return F.linear(x, self.weight, self.bias)
+        if not self.training and not torch.is_grad_enabled() and x.numel() >= 2 * self.in_features:
+            return _product(x, self.packed_weight(), self.bias)  # one row: the packed kernel sums in another order
+        return _onednn_linear(x, self.weight, self.bias)
 
     def packed_weight(self) -> Tensor:
         """The weight in oneDNN's blocked layout, packed once and kept until the weight changes
@@ -88,12 +89,15 @@ class Linear(nn.Linear):
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x W^T + b`` for x (..., in), weight (out, in), bias (out,) -> (..., out)."""
-    if _use_onednn(x, weight):
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                        or (bias is not None and bias.requires_grad)):
-            return _OneDNNLinear.apply(x, weight, bias)
-        return _product(x, weight, bias)
-    return F.linear(x, weight, bias)
+    return _onednn_linear(x, weight, bias) if _use_onednn(x, weight) else F.linear(x, weight, bias)
+
+
+def _onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """oneDNN's product, through :class:`_OneDNNLinear` when a gradient is wanted."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return _OneDNNLinear.apply(x, weight, bias)
+    return _product(x, weight, bias)
 
 
 def _use_onednn(x: Tensor, weight: Tensor) -> bool:
