@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Issue 37, part 4: the paper's experiment on real data, as the paper ran it. On the Flickr8k Lite2
+# recipe, three seeds each (train.seed orders the batches and initialises the weights):
+#   lane xe    the Transformer, CAT with catcap's default CACA (history entries LayerNorm(c_tmp)) and
+#              CAT with the paper's literal CACA (entries c_tmp, model.history.normalize=false), XE + AWC
+#   lane lstm  Up-Down against Up-Down + CACA + AWC, then CAT (literal) without AWC, seed 0 (Fig. 5's
+#              "without AWC" curve)
+#   lane scst  SCST (CIDEr-D, mean of 5 samples) for the arms named in ARMS, from each seed's best XE
+# Every run is scored on the 1,000 val photos at beam 3 (results saved for the paired bootstrap) and,
+# for CACA runs, its history weight per step is recorded (catcap analyze history, 250 val photos).
+# The summary (per seed, mean and spread, pooled paired bootstrap): benchmarks/flickr8k_seeds.py.
+# About 60-90 min per XE run and 20 min per SCST run on one core; each lane is one process at one
+# thread, so two lanes share the 2-core machine. Interrupt at will: a rerun resumes each training
+# from its last checkpoint (--resume) and skips whatever is finished.
+# Needs data/flickr8k/dataset_flickr8k.json and data/flickr8k/lite2.h5 (configs/experiments/flickr8k_cat_lite2.yaml).
+# Usage: bash benchmarks/flickr8k_seeds.sh xe|lstm|scst [OUT_DIR] [ARMS for scst, default "cat_literal transformer"]
+set -euo pipefail
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+lane=${1:?usage: flickr8k_seeds.sh xe|lstm|scst [OUT_DIR] [ARMS]}
+out=${2:-runs/flickr8k_seeds}
+seeds=${SEEDS:-0 1 2}
+for f in data/flickr8k/dataset_flickr8k.json data/flickr8k/lite2.h5; do
+  [ -e $f ] || { echo "missing $f: make it as configs/experiments/flickr8k_cat_lite2.yaml says" >&2; exit 2; }
+done
+declare -A config=(
+  [transformer]=flickr8k_transformer_lite2 [cat]=flickr8k_cat_lite2 [cat_literal]=flickr8k_cat_lite2_literal
+  [cat_literal_noawc]=flickr8k_cat_lite2_literal [updown]=flickr8k_updown_lite2 [updown_caca]=flickr8k_updown_caca_lite2)
+declare -A extra=([cat_literal_noawc]="train.awc.enabled=false")
+
+# score RUN: beam-3 val results and scores of RUN/best; the history curve for CACA models
+score() {
+  local run=$1
+  [ -e $run/val_beam3.json ] || catcap evaluate --checkpoint $run/best --split val --beam 3 --quiet \
+      --save-results $run/val_beam3_results.json --output $run/val_beam3.json
+  if grep -q '"cross_attention": "\(light_\)\?caca"' $run/best/config.json 2>/dev/null && [ ! -e $run/history/history_weight.json ]; then
+    catcap analyze history --checkpoint $run/best --out $run/history --split val --limit 250 --quiet
+  fi
+}
+
+# train ARM SEED [OVERRIDES...]: one XE run, resumed if it was interrupted
+train() {
+  local arm=$1 seed=$2; shift 2
+  local run=$out/${arm}_s$seed
+  if [ ! -e $run/done ]; then
+    local resume=$([ -e $run/last ] && echo --resume || true)
+    catcap train --config configs/experiments/${config[$arm]}.yaml out_dir=$run train.seed=$seed \
+        train.progress=false ${extra[$arm]:-} "$@" $resume
+    touch $run/done
+  fi
+  score $run
+}
+
+case $lane in
+  xe)   for seed in $seeds; do for arm in transformer cat cat_literal; do train $arm $seed; done; done ;;
+  lstm) for seed in $seeds; do for arm in updown updown_caca; do train $arm $seed; done; done
+        train cat_literal_noawc 0 ;;
+  scst) for seed in $seeds; do for arm in ${3:-cat_literal transformer}; do
+          [ -e $out/${arm}_s$seed/done ] || { echo "XE run $out/${arm}_s$seed is not finished" >&2; exit 2; }
+          run=$out/${arm}_scst_s$seed
+          if [ ! -e $run/done ]; then
+            resume=$([ -e $run/last ] && echo --resume || true)
+            catcap train --config configs/experiments/${config[$arm]}.yaml out_dir=$run train.seed=$seed \
+                train.progress=false train.objective=scst train.init_from=$out/${arm}_s$seed/best train.epochs=3 \
+                train.awc.enabled=false train.scst.baseline=mean train.scst.num_samples=5 train.scst.lr=2.0e-5 \
+                train.scst.max_len=16 train.scst.patience=2 $resume
+            touch $run/done
+          fi
+          score $run
+        done; done ;;
+  *) echo "unknown lane $lane: xe, lstm or scst" >&2; exit 2 ;;
+esac
