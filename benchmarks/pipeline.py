@@ -8,9 +8,9 @@ Speed (one process, one model load, the first N photos of ../shared/data/flickr8
 name, the bundled zoo model, ``torch.get_num_threads()`` threads unless --threads):
 
   (a) read+encode alone: JPEG reading in --workers DataLoader processes + the image encoder,
-      all T threads (``catcap.pipeline.read_batches`` + ``Stages.encode``);
+      all T threads (``catcap.inference.pipeline.read_batches`` + ``Stages.encode``);
   (b) decode alone: beam search on the features (a) made, all T threads (``Stages.decode``);
-  (c) the pipeline end to end (``catcap.pipeline.caption_batches``): encoder thread and
+  (c) the pipeline end to end (``catcap.inference.pipeline.caption_batches``): encoder thread and
       decoding thread share the T threads (``thread_shares``).
 
 The target (issue 25): (c) >= 0.85 x min((a), (b)). With T > 1 the stages are also timed alone
@@ -68,7 +68,7 @@ def _bar(n: int, desc: str):
 
 def stage_encode(job, batch_size: int, workers: int, threads: int) -> tuple[float, list]:
     """(a): images/s of reading + encoding alone; returns the encoded batches for (b)."""
-    from catcap.pipeline import Stages, read_batches
+    from catcap.inference.pipeline import Stages, read_batches
 
     torch.set_num_threads(threads)
     stages, encoded, bar = Stages(job.cap, beam=job.beam, max_len=job.max_len), [], _bar(len(job.items), "read+encode")
@@ -85,7 +85,7 @@ def stage_encode(job, batch_size: int, workers: int, threads: int) -> tuple[floa
 
 def stage_decode(job, encoded: list, threads: int) -> float:
     """(b): images/s of beam search on ready features alone."""
-    from catcap.pipeline import Stages
+    from catcap.inference.pipeline import Stages
 
     torch.set_num_threads(threads)
     stages, bar = Stages(job.cap, beam=job.beam, max_len=job.max_len), _bar(len(job.items), "decode")
@@ -101,7 +101,7 @@ def stage_decode(job, encoded: list, threads: int) -> float:
 
 def end_to_end(job, batch_size: int, workers: int, threads: int) -> tuple[float, list]:
     """(c): images/s of the pipeline; returns the captions (checked against (b)'s path)."""
-    from catcap.caption_run import caption_stream
+    from catcap.inference.caption_run import caption_stream
 
     t0 = time.perf_counter()
     out = list(caption_stream(job, batch_size=batch_size, workers=workers, threads=threads))
@@ -120,7 +120,7 @@ def speed(args) -> dict:
     del encoded
     shares = {}
     if threads > 1:  # each stage alone with the threads the pipeline gives it (thread_shares)
-        from catcap.pipeline import thread_shares
+        from catcap.inference.pipeline import thread_shares
 
         enc_threads, dec_threads = thread_shares(threads)
         a_share, encoded = stage_encode(job, args.batch_size, args.workers, enc_threads)
@@ -142,7 +142,7 @@ def speed(args) -> dict:
 
 def rss_child(args) -> dict:
     """One count: caption_to_file on the first N photos; this process's peak RSS."""
-    from catcap.caption_run import caption_to_file
+    from catcap.inference.caption_run import caption_to_file
 
     job = _job(_photos(args.rss_child), args.beam, args.max_len)
     with tempfile.TemporaryDirectory() as tmp:

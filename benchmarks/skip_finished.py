@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.data.features import open_feature_store
 from catcap.data.karpathy import load_karpathy
 from catcap.decoding import greedy

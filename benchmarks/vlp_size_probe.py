@@ -16,7 +16,7 @@ from collections import Counter
 
 import torch
 
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.data.features import open_feature_store
 from catcap.data.karpathy import load_karpathy
 from catcap.data.vocab import Vocab

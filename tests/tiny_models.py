@@ -8,7 +8,7 @@ import catcap.models.cross.aoa  # noqa: F401  (registers AoANet's attention vari
 import catcap.models.cross.soft  # noqa: F401  (registers the soft-attention variants)
 import catcap.models.decoders.aoa  # noqa: F401  (registers AoANet's decoder)
 import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
-from catcap.models.captioner import Captioner
+from catcap.models.caption_model import CaptionModel
 from catcap.models.decoders.transformer import MeshedDecoder, TransformerDecoder
 from catcap.models.encoders.aoa import AoARefiner
 from catcap.models.encoders.embed import RegionEmbedding
@@ -44,7 +44,7 @@ CONTRACT_IDS = ["-".join([arch, name, *map(str, opts.values())]) for arch, name,
 
 
 def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0,
-                   bos_id: int = 1, eos_id: int = 2, pad_id: int = 0) -> Captioner:
+                   bos_id: int = 1, eos_id: int = 2, pad_id: int = 0) -> CaptionModel:
     """The Transformer (2 + 2 layers, D=16, 2 heads), or ``arch="m2"``: a memory-augmented
     encoder of 3 layers with 4 slots per head whose 3 levels the meshed decoder's 2 layers read;
     or a recurrent decoder (``att2in``, ``updown``, ``lookback``: rnn D=16, word embedding 8,
@@ -58,21 +58,21 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
         dec = VLPDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, max_len=12, pad_id=pad_id)
         geometry = arch == "vlp_geometry"  # the last 5 of the FEATURES columns are box geometry
         enc = VLPRegions(FEATURES - 5 * geometry, WIDTH, 2, 1, 1, 0.1, region_geometry=geometry)
-        return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
+        return CaptionModel(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
     if arch == "aoa":
         def make_heads(look_back):
             return HEAD_ATTENTION.get(cross)(WIDTH, 2, **(options or {}))
 
         dec = DECODERS.get("aoa")(VOCAB, WIDTH, 8, 0.1, make_heads, pad_id=pad_id)
         enc = AoARefiner(FEATURES, WIDTH, 2, 2, 1, 0.1)
-        return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
+        return CaptionModel(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
     if arch in RECURRENT:
         def make_soft(look_back):
             return SOFT_ATTENTION.get(cross)(WIDTH, 8, look_back=look_back, **(options or {}))
 
         dec = DECODERS.get(arch)(VOCAB, WIDTH, 8, 0.1, make_soft, pad_id=pad_id)
         enc = RegionEmbedding(FEATURES, WIDTH, 1, 1, 1, 0.1)
-        return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
+        return CaptionModel(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
 
     def make_cross(mix):
         return CROSS_ATTENTION.get(cross)(WIDTH, 2, 0.1, mix=mix, **(options or {}))
@@ -83,4 +83,4 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
     else:
         enc = TransformerEncoder(FEATURES, WIDTH, 2, 2, 32, 0.1)
         dec = TransformerDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, make_cross)
-    return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
+    return CaptionModel(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()

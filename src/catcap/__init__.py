@@ -9,7 +9,7 @@ __version__ = "0.1.0.dev0"
 
 def __getattr__(name):  # lazy: ``import catcap`` stays light, ``catcap.Captioner`` loads torch
     if name == "Captioner":
-        from catcap.captioner import Captioner
+        from catcap.inference.captioner import Captioner
 
         return Captioner
     raise AttributeError(f"module 'catcap' has no attribute {name!r}")

@@ -78,8 +78,8 @@ def _scores(checkpoint: Path, split: str, beam: int, log) -> dict:
     """Corpus metrics of ``checkpoint`` on ``split``; reused from ``<run>/ablation_eval.json``
     when that checkpoint was already scored with the same split and beam, on the same data
     files (path, size and modification time of the dataset and feature files it reads)."""
-    from catcap.captioner import Captioner
-    from catcap.evaluation import evaluate_checkpoint
+    from catcap.inference.captioner import Captioner
+    from catcap.inference.evaluation import evaluate_checkpoint
 
     cap = Captioner.from_pretrained(checkpoint, device="cpu")
     key = {"checkpoint": str(checkpoint), "weights_mtime_ns": (checkpoint / "model.safetensors").stat().st_mtime_ns,

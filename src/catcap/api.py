@@ -14,7 +14,7 @@ from catcap.atomic import write_json_atomic  # noqa: F401  (api.write_json_atomi
 from catcap.metrics.bootstrap import Comparison, paired_bootstrap
 from catcap.metrics.evaluate import Evaluation, evaluate_captions
 from catcap.metrics.files import load_references, load_result_pair, load_results
-from catcap.evaluation import check_beam as _check_beam, evaluate_checkpoint  # noqa: F401  (api.evaluate_checkpoint)
+from catcap.inference.evaluation import check_beam as _check_beam, evaluate_checkpoint  # noqa: F401  (api.evaluate_checkpoint)
 
 
 def example_files() -> tuple[Path, Path]:
@@ -188,10 +188,10 @@ def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: st
 def prepare_caption(checkpoint: str | Path | None, items: Sequence[str], *, features: str | None = None,
                     beam: int = 3, max_len: int = 20, device: str = "auto", zoo: str | Path | None = None,
                     shard=None, length_penalty: float = 0.0):
-    """The captioner loaded and ``items`` checked, ready to caption (a ``catcap.caption_run.
+    """The captioner loaded and ``items`` checked, ready to caption (a ``catcap.inference.caption_run.
     CaptionJob``; arguments as :func:`caption`); ``shard`` (a ``catcap.sharding.Shard``) keeps
     its block of the expanded items."""
-    from catcap.caption_run import prepare
+    from catcap.inference.caption_run import prepare
 
     take = None if shard is None or shard.whole else shard.take
     return prepare(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo,
@@ -200,9 +200,9 @@ def prepare_caption(checkpoint: str | Path | None, items: Sequence[str], *, feat
 
 def caption_stream(job, *, progress: bool = True, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
                    threads: int | None = None):
-    """Each item's ``catcap.pipeline.Caption`` (image, caption or None, error) in input order, as
+    """Each item's ``catcap.inference.pipeline.Caption`` (image, caption or None, error) in input order, as
     the pipeline finishes each batch (reading, encoding and decoding overlap: docs/pipeline.md)."""
-    from catcap.caption_run import caption_stream as run
+    from catcap.inference.caption_run import caption_stream as run
 
     return run(job, progress=progress, batch_size=batch_size, workers=workers, pipelined=pipelined, threads=threads)
 
@@ -210,8 +210,8 @@ def caption_stream(job, *, progress: bool = True, batch_size: int = 16, workers:
 def caption_to_file(job, out: str | Path, *, restart: bool = False, batch_size: int = 16, workers: int = 2,
                     progress: bool = True, log=None):
     """Write ``job``'s captions to the JSON Lines file ``out``, incrementally and resumable
-    (``catcap.caption_file``); returns a ``catcap.caption_run.FileResult``."""
-    from catcap.caption_run import caption_to_file as run
+    (``catcap.inference.caption_file``); returns a ``catcap.inference.caption_run.FileResult``."""
+    from catcap.inference.caption_run import caption_to_file as run
 
     return run(job, out, restart=restart, batch_size=batch_size, workers=workers, progress=progress,
                log=log or (lambda _: None))
@@ -219,7 +219,7 @@ def caption_to_file(job, out: str | Path, *, restart: bool = False, batch_size: 
 
 def expand_image_folders(items: Sequence[str]) -> list[str]:
     """Each folder among ``items`` replaced by its image files (sorted by name; not recursive)."""
-    from catcap.caption_run import expand_image_folders as expand
+    from catcap.inference.caption_run import expand_image_folders as expand
 
     return expand(items)
 
@@ -281,7 +281,7 @@ def record_captions_file(model: str | Path, path: str | Path, *, zoo: str | Path
     "decoding": generate() arguments, "captions": {photo file name: caption or null}}; the
     model's sha256 is recorded next to them. Returns the written data."""
     from catcap import zoo as model_zoo
-    from catcap.captioner import Captioner
+    from catcap.inference.captioner import Captioner
 
     data = _read_expected_captions(path)
     photos = _expected_photos(data)
@@ -381,7 +381,7 @@ def vqa_ask(directory, image: str, question: str, **kwargs) -> list:
     the image encoder that made the model's training features) or a feature-store key."""
     import torch
 
-    from catcap.captioner import images_to_features, pixel_encoder
+    from catcap.inference.captioner import images_to_features, pixel_encoder
     from catcap.training.vqa import ask
 
     if Path(image).is_file():

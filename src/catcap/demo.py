@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 from torch.utils.data import DataLoader
 
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.config import load_config, read_yaml
 from catcap.data.collate import collate_images
 from catcap.data.datasets import ImageDataset

@@ -15,7 +15,7 @@ import catcap.models.cross  # noqa: F401  (registers the cross-attention variant
 from catcap.decoding import beam_search, build_processors, greedy
 from catcap.decoding.beam import best_possible
 from catcap.decoding.reference import reference_beam_search
-from catcap.models.captioner import Captioner
+from catcap.models.caption_model import CaptionModel
 from scripted_models import ScriptedModel, scripted_batch
 from tiny_models import FEATURES as F
 from tiny_models import tiny_captioner
@@ -186,7 +186,7 @@ def test_a_beam_the_rules_stop_leaves_the_captions_already_finished():
 
 
 def make_model(seed: int = 0, eos_bias: float = 0.0, cross: str = "vanilla", arch: str = "transformer",
-               **options) -> Captioner:
+               **options) -> CaptionModel:
     """The tiny Transformer, or (arch="m2") M2 (``tiny_models``), with a bias on <eos>."""
     model = tiny_captioner(arch, cross, options, seed, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     with torch.no_grad():

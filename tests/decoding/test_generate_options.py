@@ -1,5 +1,5 @@
 """``Captioner.generate`` end to end: each decoding option changes the caption the way its
-documentation says (catcap.captioner, catcap.decoding).
+documentation says (catcap.inference.captioner, catcap.decoding).
 
 Oracle: a scripted model (``scripted_models``) whose next-word probabilities are fixed tables,
 so every expected caption is worked out by hand from the table next to it. Sampling options are
@@ -11,7 +11,7 @@ hand: p ** (1 / T) renormalised, the top-k or nucleus set renormalised), within 
 import pytest
 import torch
 
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.data.vocab import Vocab
 from catcap.models.config import ModelConfig
 from catcap.training.experiment import ExperimentConfig

@@ -82,7 +82,7 @@ def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):
 def check_rows_are_their_checkpoints_scores(out, rows):
     """Each row's metrics are its own best checkpoint scored on the table's split and beam, as
     ``catcap evaluate --checkpoint`` scores it (recomputed here for the Java-free metrics)."""
-    from catcap.evaluation import evaluate_checkpoint
+    from catcap.inference.evaluation import evaluate_checkpoint
 
     for row in rows:
         assert set(row["metrics"]) >= {"Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"}

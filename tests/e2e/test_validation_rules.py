@@ -7,7 +7,7 @@ validation used plain greedy decoding, which then emitted runs of <unk> and repo
 import torch
 
 from catcap.api import load_experiment
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.training.setup import make_model, prepare_data
 from catcap.training.validate import decode_split
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from catcap import api
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.config import to_dict
 from catcap.data.features import open_feature_store
 from catcap.data.features_hdf5 import HDF5FeatureWriter

@@ -1,4 +1,4 @@
-"""`catcap caption DIR` as a pipeline (catcap.pipeline, catcap.caption_file): the same captions
+"""`catcap caption DIR` as a pipeline (catcap.inference.pipeline, catcap.inference.caption_file): the same captions
 in the same order as the one-thread path, a JSON Lines file written incrementally, an
 interrupted run that resumes to the same bytes, a partial of other settings refused, and a
 shard's part. Uses the bundled zoo model (reads pixels) on 9 Flickr8k photos + 1 broken file."""
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from catcap import api
-from catcap.caption_file import HEADER, partial_path
+from catcap.inference.caption_file import HEADER, partial_path
 from catcap.cli.main import main
 
 BATCH = 4
@@ -176,7 +176,7 @@ def test_the_help_teaches_commands_that_parse():
 
 
 def test_the_background_stage_is_bounded_and_hands_its_errors_over():
-    from catcap.pipeline import in_background
+    from catcap.inference.pipeline import in_background
 
     made = []
 

@@ -4,7 +4,7 @@ files through the encoder it recorded, with exactly the features `catcap extract
 import pytest
 import torch
 
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.config import to_dict
 from catcap.data.features import open_feature_store
 from catcap.data.vocab import Vocab

@@ -13,13 +13,13 @@ from tiny_models import FEATURES as F
 from tiny_models import VOCAB as V
 from tiny_models import tiny_captioner
 
-from catcap.models.captioner import Captioner
+from catcap.models.caption_model import CaptionModel
 
 
 VARIANTS, IDS = CONTRACT_VARIANTS, CONTRACT_IDS
 
 
-def make_model(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0) -> Captioner:
+def make_model(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0) -> CaptionModel:
     return tiny_captioner(arch, cross, options, seed)
 
 

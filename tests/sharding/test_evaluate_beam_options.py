@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from catcap import api
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.cli.main import main
 from catcap.data.collate import pad_regions
 from catcap.data.features import open_feature_store

@@ -2,7 +2,7 @@
 
 import json
 
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.cli.main import main
 
 

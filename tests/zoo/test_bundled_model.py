@@ -15,7 +15,7 @@ import pytest
 import torch
 from zoo_photos import REPO, check_recorded_captions, val_photos
 
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.zoo import DEFAULT_MODEL, read_card
 
 ZOO = REPO / "zoo"

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from catcap import api
-from catcap.captioner import Captioner
+from catcap.inference.captioner import Captioner
 from catcap.cli.main import main
 from zoo_photos import check_recorded_captions
 
@@ -161,7 +161,7 @@ def test_a_hub_id_reads_the_local_hub_cache_offline(zoo_model, tmp_path):
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
     shutil.copytree(folder, repo / "snapshots" / commit)
-    code = ("import sys; from catcap.captioner import Captioner; "
+    code = ("import sys; from catcap.inference.captioner import Captioner; "
             "print(Captioner.from_pretrained('someone/flickr8k-cat', device='cpu').generate(images=[sys.argv[1]])[0])")
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     done = subprocess.run([sys.executable, "-c", code, str(photos[0])], capture_output=True, text=True, env=env,

@@ -30,7 +30,7 @@ def val_photos() -> list[Path]:
 def check_recorded_captions(zoo: Path, name: str, expected_file: Path, record: str) -> None:
     """The zoo model ``name`` captions the photos of ``expected_file`` (greedy on CPU, fp32) with
     exactly its recorded strings, and its weights are those the captions were recorded from."""
-    from catcap.captioner import Captioner
+    from catcap.inference.captioner import Captioner
     from catcap.zoo import read_card
 
     expected = json.loads(expected_file.read_text(encoding="utf-8"))

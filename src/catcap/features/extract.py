@@ -116,7 +116,7 @@ class ImageFiles(torch.utils.data.Dataset):
     """(index, pixels (3, S, S) or None, width, height, error) per path: an image file read,
     decoded and preprocessed as the encoder expects; an unreadable one gives its error instead.
     Runs in DataLoader worker processes (with :func:`reader_worker_init`); shared by
-    ``catcap extract`` and the caption pipeline (:mod:`catcap.pipeline`)."""
+    ``catcap extract`` and the caption pipeline (:mod:`catcap.inference.pipeline`)."""
 
     def __init__(self, paths: list[Path], input_size: int):
         self.paths, self.input_size = paths, input_size

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from catcap.models.captioner import Captioner
+from catcap.models.caption_model import CaptionModel
 from catcap.models.config import ModelConfig
 from catcap.models.parts import attention_registry, cross_options, encoder_levels, multi_head_recurrent, recurrent
 from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
@@ -45,7 +45,7 @@ def build_decoder(cfg: ModelConfig, vocab_size: int, pad_id: int = 0):
                cross_attention_factory(cfg), max_len=cfg.max_len, pad_id=pad_id, memory_levels=encoder_levels(cfg))
 
 
-def build_captioner(cfg: ModelConfig, vocab_size: int, *, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2) -> Captioner:
+def build_captioner(cfg: ModelConfig, vocab_size: int, *, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2) -> CaptionModel:
     """Encoder + decoder + cross attention named by ``cfg``, sized by ``cfg``."""
-    return Captioner(build_encoder(cfg), build_decoder(cfg, vocab_size, pad_id), bos_id=bos_id, eos_id=eos_id,
+    return CaptionModel(build_encoder(cfg), build_decoder(cfg, vocab_size, pad_id), bos_id=bos_id, eos_id=eos_id,
                      pad_id=pad_id)

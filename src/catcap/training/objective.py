@@ -3,7 +3,7 @@
 DistributedDataParallel synchronises the gradients of the parameters of the module it wraps,
 during the backward of that module's ``forward``. Wrapping this module (not the bare captioner)
 puts the learnable AWC betas under DDP too, and gives SCST's teacher-forced scoring pass (which
-calls the encoder and decoder, not ``Captioner.forward``) a ``forward`` to go through.
+calls the encoder and decoder, not ``CaptionModel.forward``) a ``forward`` to go through.
 Legend: B batch, T caption positions, V vocabulary, R = B * n sampled captions.
 """
 

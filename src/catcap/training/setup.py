@@ -16,7 +16,7 @@ from catcap.data.geometry import with_geometry
 from catcap.data.karpathy import ImageRecord, load_karpathy
 from catcap.data.vocab import Vocab
 from catcap.models.builders import build_captioner
-from catcap.models.captioner import Captioner
+from catcap.models.caption_model import CaptionModel
 from catcap.training.experiment import ExperimentConfig
 
 
@@ -72,7 +72,7 @@ def prepare_data(cfg: ExperimentConfig, vocab: Vocab | None = None) -> RunData:
                    ImageDataset(splits[d.val_split], store, vocab), splits[d.val_split])
 
 
-def make_model(cfg: ExperimentConfig, vocab: Vocab) -> Captioner:
+def make_model(cfg: ExperimentConfig, vocab: Vocab) -> CaptionModel:
     return build_captioner(cfg.model, len(vocab), pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
 
 

@@ -41,7 +41,7 @@ HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions with a historical 
 
 def load_captioner(checkpoint, device: str = "auto"):
     """A :class:`catcap.Captioner` from a checkpoint directory (a loaded one is returned as is)."""
-    from catcap.captioner import Captioner
+    from catcap.inference.captioner import Captioner
 
     if isinstance(checkpoint, Captioner):
         return checkpoint

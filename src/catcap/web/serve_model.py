@@ -107,7 +107,7 @@ def make_pixel_encoder(features_meta: dict, backend: str = "auto", device: torch
     """The image encoder that made a checkpoint's training features (``features_meta``), run by
     ONNX Runtime or PyTorch; returns (encoder, backend used). A clear ValueError when the
     checkpoint's features were not made by a catcap image encoder."""
-    from catcap.captioner import pixel_encoder
+    from catcap.inference.captioner import pixel_encoder
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown encoder backend {backend!r}: expected one of {', '.join(BACKENDS)} "
@@ -133,7 +133,7 @@ class PhotoCaptioner:
 
     def __init__(self, checkpoint: str | Path, *, backend: str = "auto", device: str = "cpu", layer: int = -1,
                  log=print):
-        from catcap.captioner import Captioner
+        from catcap.inference.captioner import Captioner
 
         started = time.perf_counter()
         log(f"loading checkpoint {checkpoint} ...")
@@ -161,7 +161,7 @@ class PhotoCaptioner:
 
     def features(self, image) -> np.ndarray:
         """One RGB PIL image -> its region features (N, F') as the model reads them."""
-        from catcap.captioner import images_to_features
+        from catcap.inference.captioner import images_to_features
 
         return images_to_features(self.encoder, [image], self.captioner.device, self.captioner.config.model)[0]
 

@@ -1,5 +1,5 @@
 """Recurrent captioners: Att2in, Up-Down (BUTD) and Look-Back, on the decoder contract of
-:mod:`catcap.models.captioner` (SPEC.md §3, §5).
+:mod:`catcap.models.caption_model` (SPEC.md §3, §5).
 
 Every one embeds the previous word ``x_t = Dropout(ReLU(W_e w_t))``, runs its LSTM core with
 soft attention over the regions (:mod:`catcap.models.cross.soft`: vanilla, CACA or LightCACA,

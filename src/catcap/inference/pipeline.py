@@ -135,7 +135,7 @@ class Stages:
     def encode(self, items: Sequence[str], batch) -> EncodedBatch:
         """Read batch (from :func:`read_batches`) -> the model's feature rows per item: pixels
         through the image encoder as one (B, 3, S, S) batch, keys from the store."""
-        from catcap.captioner import grid_features
+        from catcap.inference.captioner import grid_features
 
         start = batch[0][0]
         feats: list[Optional[np.ndarray]] = [None] * len(batch)

@@ -272,7 +272,7 @@ def images_to_features(encoder, images, device: torch.device, model_cfg=None) ->
 def grid_features(encoder, pixels: torch.Tensor, device: torch.device, model_cfg=None) -> list[np.ndarray]:
     """Preprocessed pixels (B, 3, S, S) -> per-image grid rows (H*W, C), plus the cells'
     geometry columns when ``model_cfg`` has ``region_geometry`` (shared by ``generate(images=)``
-    and the pipeline of :mod:`catcap.pipeline`)."""
+    and the pipeline of :mod:`catcap.inference.pipeline`)."""
     from catcap.data.geometry import grid_geometry_rows
 
     grid, _ = encoder(pixels.to(device))

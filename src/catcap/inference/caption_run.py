@@ -1,6 +1,6 @@
 """``catcap caption`` end to end: the model and the items (:func:`prepare`), then the captions
-through the pipeline of :mod:`catcap.pipeline`, to a list, a stream or a resumable JSON Lines
-file (:func:`caption_to_file`, format in :mod:`catcap.caption_file`).
+through the pipeline of :mod:`catcap.inference.pipeline`, to a list, a stream or a resumable JSON Lines
+file (:func:`caption_to_file`, format in :mod:`catcap.inference.caption_file`).
 
 See docs/pipeline.md for the design (stages, queues, threads, resume) and its measurements.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from catcap.atomic import sha256_file
-from catcap.pipeline import Caption, caption_batches
+from catcap.inference.pipeline import Caption, caption_batches
 from catcap.progress import progress_bar
 
 PROGRESS_FROM = 32  # a bar for more images than this (a handful of photos captions without one)
@@ -36,7 +36,7 @@ class CaptionJob:
     def batches(self, start: int = 0, *, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
                 threads: Optional[int] = None) -> Iterator[list[Caption]]:
         """Captions of ``items[start:]``, one list per batch, in input order (see
-        :func:`catcap.pipeline.caption_batches`)."""
+        :func:`catcap.inference.pipeline.caption_batches`)."""
         yield from caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
                                    beam=self.beam, max_len=self.max_len, length_penalty=self.length_penalty,
                                    batch_size=batch_size,
@@ -53,8 +53,8 @@ def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None,
     """Load the captioner and check the items before anything runs (see ``catcap.api.caption``).
     ``take``: keeps a part of the expanded items (a shard's block)."""
     from catcap import zoo as model_zoo
-    from catcap.captioner import Captioner
-    from catcap.evaluation import check_beam, check_length_penalty
+    from catcap.inference.captioner import Captioner
+    from catcap.inference.evaluation import check_beam, check_length_penalty
 
     check_beam(beam)
     check_length_penalty(length_penalty)
@@ -167,10 +167,10 @@ class FileResult:
 
 def caption_to_file(job: CaptionJob, out, *, restart: bool = False, batch_size: int = 16, progress: bool = True,
                     log: Callable[[str], None] = lambda _: None, **run) -> FileResult:
-    """Write ``job``'s captions to the JSON Lines file ``out`` (:mod:`catcap.caption_file`):
+    """Write ``job``'s captions to the JSON Lines file ``out`` (:mod:`catcap.inference.caption_file`):
     incrementally to ``out.partial``, continued after an interruption, renamed into place at
     the end. An existing ``out`` is left alone (returns ``out=None``) unless ``restart``."""
-    from catcap.caption_file import CaptionFile, count_lines
+    from catcap.inference.caption_file import CaptionFile, count_lines
 
     out = Path(out)
     if out.exists() and not restart:

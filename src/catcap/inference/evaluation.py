@@ -71,7 +71,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     ``(None, results)`` and the parts are joined by ``catcap merge`` and scored by
     ``catcap evaluate --results``.
     """
-    from catcap.captioner import Captioner
+    from catcap.inference.captioner import Captioner
     from catcap.data.datasets import validate_dataset
     from catcap.data.features import open_feature_store
     from catcap.data.karpathy import load_karpathy

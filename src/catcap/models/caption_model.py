@@ -1,4 +1,4 @@
-"""Captioner = encoder + decoder, with the decoding protocol every decoder follows.
+"""CaptionModel = encoder + decoder, with the decoding protocol every decoder follows.
 
     memory, mask = model.encode(features, feature_mask)     # once per image
     state = model.init_state(memory, mask, group=G)         # G hypotheses per image
@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from catcap.models.decoders.state import DecoderState
 
 
-class Captioner(nn.Module):
+class CaptionModel(nn.Module):
     """An image encoder and a caption decoder (B images, N regions, F feature width)."""
 
     def __init__(self, encoder: nn.Module, decoder: nn.Module, bos_id: int, eos_id: int, pad_id: int):
