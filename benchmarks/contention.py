@@ -30,7 +30,7 @@ beside a busy process; the table gives each cell's run count).
 
 Usage:
     python benchmarks/contention.py --report benchmarks/results/contention.md   # the full run (~10 min on 2 quiet cores)
-    python benchmarks/contention.py --quick                                      # a smoke test (~1-2 min)
+    python benchmarks/contention.py --quick                                      # a smoke test (~1-2 min quiet)
     python benchmarks/contention.py --jobs greedy demo_train --competitors 0 1 --variant spin1000:GOMP_SPINCOUNT=1000
 
 Prints one JSON line per cell: {"job", "policy", "competitors", "median_s", "runs", "cpu_s" (CPU
