@@ -391,8 +391,9 @@ def _exit_on_signal(signum, _frame) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
-    parser.add_argument("--competitors", type=int, nargs="+", default=[0, 1, 2],
-                        help="numbers of busy-loop processes beside the jobs (default 0 1 2; 0 must come first)")
+    parser.add_argument("--competitors", type=int, nargs="+",
+                        help="numbers of busy-loop processes beside the jobs (default 0 1 2, with --quick 0 1; "
+                             "0 must come first)")
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     parser.add_argument("--variant", action="append", type=parse_variant, default=[], metavar="NAME:VAR=VALUE,...",
                         help="one more policy: PyTorch's defaults plus these environment variables")
@@ -416,7 +417,7 @@ def main() -> None:
         return
     if args.quick:
         args.repeats, args.contended_repeats, args.demo_steps, args.photos, args.images_per_batch = 1, 1, 3, 4, 4
-        args.competitors = [0, 1]
+    args.competitors = args.competitors or ([0, 1] if args.quick else [0, 1, 2])
     if args.competitors[0] != 0:
         parser.error("--competitors must start with 0: every ratio is to the time alone")
     policies = list(args.policies) + [name for name, _ in args.variant]
