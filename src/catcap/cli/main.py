@@ -7,6 +7,7 @@ import sys
 
 from catcap import __version__
 from catcap.malloc import keep_freed_memory
+from catcap.threads import configure_threads
 from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds, serve_cmds,
                         train_cmds, vqa_cmds, zoo_cmds)
 
@@ -16,7 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "Context-Assisted Transformer, COCO-exact metrics and friends.",
                                      epilog="Every command lets glibc reuse freed memory instead of returning it "
                                      "(faster CPU decoding; the process keeps its peak memory): "
-                                     "CATCAP_MALLOC=system keeps glibc's defaults (docs/architecture.md).")
+                                     "CATCAP_MALLOC=system keeps glibc's defaults (docs/architecture.md). Every "
+                                     "command lets idle OpenMP threads sleep and runs no more threads than the CPUs "
+                                     "it may use, so that it keeps its speed beside other busy processes: "
+                                     "CATCAP_THREADS=torch keeps PyTorch's defaults (docs/performance.md).")
     parser.add_argument("--version", action="version", version=f"catcap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     train_cmds.register(sub)
@@ -56,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from catcap.registry import UnknownName
 
     try:
+        configure_threads(warn=False)  # before anything imports torch: OpenMP reads it then ($CATCAP_THREADS; catcap/threads.py)
         keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
     except (ValueError, UnknownName, *FILE_ERRORS) as err:  # catcap's input errors say what to fix
