@@ -4,17 +4,18 @@ contract and beam-search tests (importable as ``tiny_models``: tests/ is on sys.
 import torch
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
-import catcap.models.cross.aoa  # noqa: F401  (registers AoANet's attention variants)
-import catcap.models.cross.soft  # noqa: F401  (registers the soft-attention variants)
 import catcap.models.decoders.aoa  # noqa: F401  (registers AoANet's decoder)
 import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
 from catcap.models.captioner import Captioner
+from catcap.models.cross.aoa import HeadAttention
+from catcap.models.cross.soft import SoftAttention
+from catcap.models.cross.transformer import TransformerCrossAttention
 from catcap.models.decoders.transformer import MeshedDecoder, TransformerDecoder
 from catcap.models.encoders.aoa import AoARefiner
 from catcap.models.encoders.embed import RegionEmbedding
 from catcap.models.encoders.transformer import MemoryAugmentedEncoder, TransformerEncoder
 from catcap.models.vlp import VLPDecoder, VLPRegions
-from catcap.registry import CROSS_ATTENTION, DECODERS, HEAD_ATTENTION, SOFT_ATTENTION
+from catcap.registry import CROSS_ATTENTION, DECODERS
 
 VOCAB, FEATURES, WIDTH = 30, 12, 16
 RECURRENT = ("att2in", "updown", "lookback")
@@ -54,6 +55,7 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
     2 heads; no cross attention; ``arch="vlp_geometry"``: with the region geometry term, reading
     the last 5 feature columns as box geometry). In eval mode."""
     torch.manual_seed(seed)
+    history = CROSS_ATTENTION.get(cross)(**(options or {}))
     if arch in ("vlp", "vlp_geometry"):
         dec = VLPDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, max_len=12, pad_id=pad_id)
         geometry = arch == "vlp_geometry"  # the last 5 of the FEATURES columns are box geometry
@@ -61,21 +63,21 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
         return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
     if arch == "aoa":
         def make_heads(look_back):
-            return HEAD_ATTENTION.get(cross)(WIDTH, 2, **(options or {}))
+            return HeadAttention(WIDTH, 2, history=history)
 
         dec = DECODERS.get("aoa")(VOCAB, WIDTH, 8, 0.1, make_heads, pad_id=pad_id)
         enc = AoARefiner(FEATURES, WIDTH, 2, 2, 1, 0.1)
         return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
     if arch in RECURRENT:
         def make_soft(look_back):
-            return SOFT_ATTENTION.get(cross)(WIDTH, 8, look_back=look_back, **(options or {}))
+            return SoftAttention(WIDTH, 8, look_back=look_back, history=history)
 
         dec = DECODERS.get(arch)(VOCAB, WIDTH, 8, 0.1, make_soft, pad_id=pad_id)
         enc = RegionEmbedding(FEATURES, WIDTH, 1, 1, 1, 0.1)
         return Captioner(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
 
     def make_cross(mix):
-        return CROSS_ATTENTION.get(cross)(WIDTH, 2, 0.1, mix=mix, **(options or {}))
+        return TransformerCrossAttention(WIDTH, 2, 0.1, mix=mix, history=history)
 
     if arch == "m2":
         enc = MemoryAugmentedEncoder(FEATURES, WIDTH, 2, 3, 32, 0.1, memory_slots=4)

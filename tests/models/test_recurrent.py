@@ -12,8 +12,8 @@ from tiny_models import tiny_captioner
 from catcap.config import ConfigError
 from catcap.models.builders import build_captioner
 from catcap.models.config import HistoryConfig, ModelConfig, RecurrentConfig
-from catcap.models.cross.soft import (ContextAssistedSoftAttention, LightContextAssistedSoftAttention, SoftAttention,
-                                      SoftHistory)
+from catcap.models.cross.assist import ContextAssist
+from catcap.models.cross.soft import SoftAttention, SoftHistory
 from catcap.models.parts import history_heads, history_layers, model_name
 
 
@@ -91,7 +91,9 @@ def test_caca_final_pass_equals_one_softmax_over_regions_and_history():
     equals attending with one softmax to [regions; c_hat_1..t], and the history weight is the
     softmax mass on the entries."""
     torch.manual_seed(0)
-    attention = ContextAssistedSoftAttention(6, 5).eval()
+    attention = SoftAttention(6, 5, history=ContextAssist()).eval()
+    plain = SoftAttention(6, 5).eval()  # the same weights without a history: the first pass alone
+    plain.load_state_dict(attention.state_dict())
     values, h = torch.randn(2, 4, 6), torch.randn(2, 6)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
     earlier = torch.randn(2, 2, 6)
@@ -99,7 +101,7 @@ def test_caca_final_pass_equals_one_softmax_over_regions_and_history():
     prepared = attention.prepare(values)
     with torch.no_grad():
         c, after, extras = attention(h, prepared, mask, cache, 1)
-        c_hat, _, _ = SoftAttention.forward(attention, h, prepared, mask, None, 1)  # the first pass alone
+        c_hat, _, _ = plain(h, prepared, mask, None, 1)
         expected, weight = _concatenated_softmax(attention.score, h, values, after.values, mask)
     torch.testing.assert_close(after.values[:, 2], c_hat)
     torch.testing.assert_close(after.keys[:, 2], attention.score.key(c_hat))  # read from the region keys
@@ -109,7 +111,7 @@ def test_caca_final_pass_equals_one_softmax_over_regions_and_history():
 
 def test_light_caca_entries_are_the_queries():
     torch.manual_seed(0)
-    attention = LightContextAssistedSoftAttention(6, 5).eval()
+    attention = SoftAttention(6, 5, history=ContextAssist(light=True)).eval()
     values, h = torch.randn(2, 4, 6), torch.randn(2, 6)
     mask = torch.ones(2, 4, dtype=torch.bool)
     with torch.no_grad():
@@ -155,7 +157,7 @@ def test_config_builds_names_and_counts_one_history_layer_and_head():
     cfg = _cfg()
     model = build_captioner(cfg, 30)
     assert type(model.decoder).__name__ == "UpDownDecoder"
-    assert type(model.decoder.attention).__name__ == "ContextAssistedSoftAttention"
+    assert type(model.decoder.attention).__name__ == "SoftAttention" and model.decoder.attention.history == ContextAssist()
     assert history_layers(cfg) == 1 and history_heads(cfg) == 1
     assert model_name(cfg) == "Up-Down + CACA" and model_name(_cfg(decoder="att2in", cross_attention="vanilla")) == "Att2in"
     assert model_name(_cfg(decoder="lookback", cross_attention="light_caca")) == "Look-Back + LightCACA"
@@ -169,7 +171,7 @@ def test_config_builds_names_and_counts_one_history_layer_and_head():
     (dict(history=HistoryConfig(placement="gated")), "placement='gated' has no effect"),
     (dict(cross_attention="light_caca", history=HistoryConfig(shared=False)), "model.history.shared=False has no effect"),
     (dict(decoder="transformer", decoder_layers=2, num_heads=2), "model.rnn .* has no effect on decoder 'transformer'"),
-    (dict(cross_attention="nope"), "unknown soft attention \\(recurrent decoders\\) 'nope'; choose one of: caca, light_caca, vanilla"),
+    (dict(cross_attention="nope"), "unknown cross_attention 'nope'; choose one of: caca, light_caca, vanilla"),
 ])
 def test_config_refuses_what_a_recurrent_decoder_would_ignore(kwargs, message):
     with pytest.raises((ConfigError, KeyError), match=message):
@@ -184,7 +186,7 @@ def test_embed_encoder_refuses_memory_slots():
 def test_soft_caca_gradients_match_finite_differences():
     """The in-place tanh and the block-wise final pass differentiate correctly (float64 gradcheck)."""
     torch.manual_seed(0)
-    attention = ContextAssistedSoftAttention(4, 3).double()
+    attention = SoftAttention(4, 3, history=ContextAssist()).double()
     values = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     h = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
     earlier = torch.randn(2, 2, 4, dtype=torch.float64)

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from catcap.models.captioner import Captioner
 from catcap.models.config import ModelConfig
-from catcap.models.parts import attention_registry, cross_options, encoder_levels, multi_head_recurrent, recurrent
+from catcap.models.parts import attention_family, cross_options, encoder_levels, multi_head_recurrent, recurrent
 from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
 
 
+def history_strategy(cfg: ModelConfig):
+    """The configured variant: a ContextAssist (CACA, LightCACA) with the ``model.history``
+    options it takes, or None (vanilla)."""
+    return CROSS_ATTENTION.get(cfg.cross_attention)(**cross_options(cfg))
+
+
 def cross_attention_factory(cfg: ModelConfig):
-    """A function making one cross-attention module of the configured variant around a given
-    mix (the decoder's choice of encoder levels), with the ``model.history`` options it takes."""
-    cls, kwargs = CROSS_ATTENTION.get(cfg.cross_attention), cross_options(cfg)
-    return lambda mix: cls(cfg.d_model, cfg.num_heads, cfg.dropout, mix=mix, **kwargs)
+    """A function making one Transformer-decoder cross attention of the configured variant
+    around a given mix (the decoder's choice of encoder levels)."""
+    history = history_strategy(cfg)
+    return lambda mix: attention_family(cfg)(cfg.d_model, cfg.num_heads, cfg.dropout, mix=mix, history=history)
 
 
 def build_encoder(cfg: ModelConfig):
@@ -29,10 +35,10 @@ def soft_attention_factory(cfg: ModelConfig):
     """A function making a recurrent decoder's attention of the configured variant: soft
     attention (``look_back``: Look-Back's query also reads the previous context), or AoANet's
     multi-head step attention."""
-    cls, kwargs = attention_registry(cfg).get(cfg.cross_attention), cross_options(cfg)
+    cls, history = attention_family(cfg), history_strategy(cfg)
     if multi_head_recurrent(cfg):  # AoANet: dot-product heads (no Look-Back query)
-        return lambda look_back: cls(cfg.d_model, cfg.num_heads, **kwargs)
-    return lambda look_back: cls(cfg.d_model, cfg.rnn.att_hidden, look_back=look_back, **kwargs)
+        return lambda look_back: cls(cfg.d_model, cfg.num_heads, history=history)
+    return lambda look_back: cls(cfg.d_model, cfg.rnn.att_hidden, look_back=look_back, history=history)
 
 
 def build_decoder(cfg: ModelConfig, vocab_size: int, pad_id: int = 0):

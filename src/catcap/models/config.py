@@ -14,7 +14,7 @@ class HistoryConfig:
     ``ihc`` [regions; entries 1..t-1], ``ohc`` entries 1..t only (Table 5);
     shared: CACA's two passes share LayerNorm and attention weights (``false``: the final pass
     gets its own, Table 6); normalize: history entries go through the reading pass's LayerNorm
-    before projection (see ``catcap.models.cross.context_assisted``; ``false`` = the literal
+    before projection (see ``catcap.models.cross.transformer``; ``false`` = the literal
     formula); placement: where CACA's history lives in a meshed (M2) decoder — ``per_level``
     one HCM per encoder level (each level's ``C(Y, X_i)`` becomes a CACA), ``gated`` one HCM of
     the gated first pass shared by every level (docs/m2.md). ``caca`` reads all four,

@@ -12,8 +12,6 @@ import inspect
 from dataclasses import asdict
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
-import catcap.models.cross.aoa  # noqa: F401  (registers AoANet's decoder attention)
-import catcap.models.cross.soft  # noqa: F401  (registers the recurrent decoders' soft attention)
 import catcap.models.decoders.aoa  # noqa: F401  (registers AoANet's decoder)
 import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
 import catcap.models.decoders.transformer  # noqa: F401  (registers the decoders)
@@ -21,7 +19,10 @@ import catcap.models.encoders.aoa  # noqa: F401  (registers AoANet's refiner)
 import catcap.models.encoders.embed  # noqa: F401  (registers the region embedding)
 import catcap.models.encoders.transformer  # noqa: F401  (registers the encoders)
 import catcap.models.vlp  # noqa: F401  (registers VLP's region embedding and shared Transformer)
-from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS, HEAD_ATTENTION, SOFT_ATTENTION
+from catcap.models.cross.aoa import HeadAttention
+from catcap.models.cross.soft import SoftAttention
+from catcap.models.cross.transformer import TransformerCrossAttention
+from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
 
 #: which model.history options each variant reads, for the error message
 _READS = ("caca reads strategy, shared, normalize and placement (in a recurrent decoder strategy and shared); "
@@ -43,13 +44,13 @@ def multi_head_recurrent(cfg) -> bool:
     return recurrent(cfg) and DECODERS.get(cfg.decoder).multi_head
 
 
-def attention_registry(cfg):
-    """Where the configured cross-attention variant lives: multi-head cross attention for the
-    Transformer decoders, soft (additive) attention for the LSTM ones, multi-head step attention
-    for AoANet's decoder (same names in each)."""
+def attention_family(cfg):
+    """The attention class of the configured decoder, which every cross-attention variant
+    (vanilla, CACA, LightCACA) runs in: multi-head cross attention for the Transformer decoders,
+    soft (additive) attention for the LSTM ones, multi-head step attention for AoANet's."""
     if not recurrent(cfg):
-        return CROSS_ATTENTION
-    return HEAD_ATTENTION if multi_head_recurrent(cfg) else SOFT_ATTENTION
+        return TransformerCrossAttention
+    return HeadAttention if multi_head_recurrent(cfg) else SoftAttention
 
 
 def check_parts(cfg) -> None:
@@ -112,7 +113,8 @@ def cross_options(cfg) -> dict:
     an ablation lie)."""
     from catcap.config import ConfigError
 
-    accepted = inspect.signature(attention_registry(cfg).get(cfg.cross_attention).__init__).parameters
+    variant = inspect.signature(CROSS_ATTENTION.get(cfg.cross_attention)).parameters
+    accepted = set(variant) & attention_family(cfg).history_options
     options, defaults = asdict(cfg.history), asdict(type(cfg.history)())
     for key, value in options.items():
         if key not in accepted and value != defaults[key]:
