@@ -223,10 +223,9 @@ def spec_meshed_caca(module, q, levels, placement, light=False):
     return torch.cat(outputs), torch.stack(weights, 1)
 
 
-@pytest.mark.parametrize("variant, placement", [("caca", "per_level"), ("caca", "gated"), ("light_caca", None)])
-def test_meshed_caca_equals_the_specification_in_parallel_and_step_by_step(variant, placement):
-    light = placement is None
-    module = make_meshed(variant, **({} if light else {"placement": placement}))
+def parallel_and_steps_equal(module, spec):
+    """The meshed cross attention over all positions and step by step (two captions, one padded)
+    gives ``spec(q, levels)`` -> (c (t, D), a (L*H, t)) of each caption; -> the last step's cache."""
     q, levels = torch.randn(2, T, D), torch.randn(2, L, N, D)
     memory_mask, query_mask = torch.ones(2, N, dtype=torch.bool), torch.tensor([[True] * T, [True, True, True, False]])
     with torch.no_grad():
@@ -238,10 +237,18 @@ def test_meshed_caca_equals_the_specification_in_parallel_and_step_by_step(varia
             steps.append(out)
         for b in range(2):
             t = int(query_mask[b].sum())
-            want_c, want_a = spec_meshed_caca(module, q[b, :t], levels[b], placement, light)
+            want_c, want_a = spec(q[b, :t], levels[b])
             torch.testing.assert_close(c[b, :t], want_c, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(torch.cat(steps, 1)[b, :t], want_c, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(extras["history_weight"][b, :, :t], want_a, rtol=1e-5, atol=1e-6)
+    return cache
+
+
+@pytest.mark.parametrize("variant, placement", [("caca", "per_level"), ("caca", "gated"), ("light_caca", None)])
+def test_meshed_caca_equals_the_specification_in_parallel_and_step_by_step(variant, placement):
+    light = placement is None
+    module = make_meshed(variant, **({} if light else {"placement": placement}))
+    cache = parallel_and_steps_equal(module, lambda q, levels: spec_meshed_caca(module, q, levels, placement, light))
     per_level_memory = placement == "per_level"
     assert cache.keys.k.shape == (2, (L if per_level_memory else 1) * H, T, D // H)
 

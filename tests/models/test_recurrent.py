@@ -172,6 +172,12 @@ def test_config_builds_names_and_counts_one_history_layer_and_head():
     (dict(cross_attention="light_caca", history=HistoryConfig(shared=False)), "model.history.shared=False has no effect"),
     (dict(decoder="transformer", decoder_layers=2, num_heads=2), "model.rnn .* has no effect on decoder 'transformer'"),
     (dict(cross_attention="nope"), "unknown cross_attention 'nope'; choose one of: caca, light_caca, vanilla"),
+    (dict(rnn=RecurrentConfig(8, 8, maxout=True)), "model.rnn.maxout=True makes Att2in's cell input a max-out .*; "
+                                                   "decoder 'updown' does not read it"),
+    (dict(decoder="att2in", rnn=RecurrentConfig(8, 8, pooled_embedding=True)), "model.rnn.pooled_embedding=True gives "
+                                                                               ".* decoder 'att2in' does not read it"),
+    (dict(encoder="transformer", rnn=RecurrentConfig(8, 8, pooled_embedding=True)), "pooled_embedding needs the region "
+                                                                                    "embedding .*: set model.encoder=embed"),
 ])
 def test_config_refuses_what_a_recurrent_decoder_would_ignore(kwargs, message):
     with pytest.raises((ConfigError, KeyError), match=message):
@@ -198,3 +204,27 @@ def test_soft_caca_gradients_match_finite_differences():
         return c, extras["history_weight"]
 
     assert torch.autograd.gradcheck(run, (values, h))
+
+
+def test_the_official_forms_by_hand():
+    """Att2in's max-out cell: c = sigmoid(f) c + sigmoid(i) max(g_1, g_2) with the context added to
+    both pieces; Up-Down's pooled-feature embedding: the attention LSTM's per-image input reads
+    ReLU(W_f mean(R) + b_f) of the raw region features (the official functions themselves are
+    checked against the official code in test_transplant_parity.py)."""
+    torch.manual_seed(0)
+    features, fmask, _ = batch()
+    att2in = build_captioner(_cfg(decoder="att2in", cross_attention="vanilla", rnn=RecurrentConfig(8, 8, maxout=True)), 30)
+    cell, d = att2in.decoder.lstm, 16
+    x, h, c, extra = torch.randn(2, 8), torch.randn(2, d), torch.randn(2, d), torch.randn(2, 2 * d)
+    gates = cell.input(x) + cell.hidden(h)
+    i, f, g, o = gates[:, :d], gates[:, d:2 * d], gates[:, 2 * d:4 * d] + extra, gates[:, 4 * d:]
+    want_c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.maximum(g[:, :d], g[:, d:])
+    got_h, got_c = cell(x, h, c, cell_input=extra)
+    torch.testing.assert_close(got_c, want_c)
+    torch.testing.assert_close(got_h, torch.sigmoid(o) * torch.tanh(want_c))
+    updown = build_captioner(_cfg(cross_attention="vanilla", rnn=RecurrentConfig(8, 8, pooled_embedding=True)), 30).eval()
+    with torch.no_grad():
+        prepared = updown.decoder.prepare(*updown.encode(features, fmask))
+        mean = torch.stack([features[0].mean(0), features[1, :2].mean(0)])
+        pooled = torch.relu(updown.encoder.pooled(mean))
+        torch.testing.assert_close(prepared.per_image, updown.decoder.mean_gates(pooled), rtol=1e-5, atol=1e-6)

@@ -18,7 +18,8 @@ def cross_attention_factory(cfg: ModelConfig):
     """A function making one Transformer-decoder cross attention of the configured variant
     around a given mix (the decoder's choice of encoder levels)."""
     history = history_strategy(cfg)
-    return lambda mix: attention_family(cfg)(cfg.d_model, cfg.num_heads, cfg.dropout, mix=mix, history=history)
+    return lambda mix, post_norm=False: attention_family(cfg)(cfg.d_model, cfg.num_heads, cfg.dropout, mix=mix,
+                                                              history=history, post_norm=post_norm)
 
 
 def build_encoder(cfg: ModelConfig):
@@ -26,7 +27,8 @@ def build_encoder(cfg: ModelConfig):
     region terms (``model.region_geometry`` / ``region_classes``) go to encoders that embed them."""
     options = {} if cfg.memory_slots is None else {"memory_slots": cfg.memory_slots}
     options.update({k: v for k, v in (("region_geometry", cfg.region_geometry),
-                                      ("region_classes", cfg.region_classes)) if v})  # VLP's region terms
+                                      ("region_classes", cfg.region_classes),  # VLP's region terms
+                                      ("pooled", cfg.rnn.pooled_embedding)) if v})  # Up-Down's pooled feature
     return ENCODERS.get(cfg.encoder)(cfg.feature_dim, cfg.d_model, cfg.num_heads, cfg.encoder_layers, cfg.d_ff,
                                      cfg.dropout, **options)
 
@@ -46,7 +48,9 @@ def build_decoder(cfg: ModelConfig, vocab_size: int, pad_id: int = 0):
     recurrent one (rnn size d_model, ``model.rnn`` sizes)."""
     cls = DECODERS.get(cfg.decoder)
     if recurrent(cfg):
-        return cls(vocab_size, cfg.d_model, cfg.rnn.word_dim, cfg.dropout, soft_attention_factory(cfg), pad_id=pad_id)
+        core = {k: v for k, v in (("maxout", cfg.rnn.maxout), ("pooled_embedding", cfg.rnn.pooled_embedding)) if v}
+        return cls(vocab_size, cfg.d_model, cfg.rnn.word_dim, cfg.dropout, soft_attention_factory(cfg), pad_id=pad_id,
+                   **core)
     return cls(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.d_ff, cfg.dropout,
                cross_attention_factory(cfg), max_len=cfg.max_len, pad_id=pad_id, memory_levels=encoder_levels(cfg))
 

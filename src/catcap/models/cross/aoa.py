@@ -127,8 +127,7 @@ class HeadAttention(nn.Module):
                 previous: Tensor | None = None):
         """h (R, D) -> the heads concatenated (R, D), the cache (with this step's entry), extras."""
         if self.history is not None:
-            heads, cache, extras = self.history.step(self, h, prepared, memory_mask, cache, group)
-            return heads, cache, extras
+            return self.history.step(self, h, prepared, memory_mask, cache, group)
         _, qh = self.query(h)
         b = memory_mask.shape[0]
         heads, _ = attend(group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :],

@@ -34,6 +34,7 @@ class AoADecoder(RecurrentDecoder):
     """AoANet's LSTM decoder with multi-head attention and attention on attention."""
 
     multi_head = True  # its attention is multi-head (HeadAttention), H history weights per step
+    rnn_options = frozenset({"word_dim"})  # no additive attention: no att_hidden
 
     def _build(self, d_model: int, word_dim: int) -> None:
         self.word_dim = word_dim
