@@ -68,7 +68,7 @@ def check_parts(cfg) -> None:
                           f"to make {cfg.cross_attention!r}: set model.cross_attention=vanilla")
     if cfg.history.placement != "per_level" and not DECODERS.get(cfg.decoder).meshed:
         raise ConfigError(f"model.history.placement={cfg.history.placement!r} has no effect with decoder "
-                          f"{cfg.decoder!r}, which reads one encoder level; use model.decoder=meshed (M2) or remove it")
+                          f"{cfg.decoder!r}, which reads one encoder level; use model.decoder=meshed or m2 (M2) or remove it")
     if getattr(DECODERS.get(cfg.decoder), "post_norm", False) and not cfg.history.normalize:
         raise ConfigError(f"model.history.normalize=False has no effect with decoder {cfg.decoder!r}: its post-norm "
                           "sub-layers make every history entry (c_tmp, or the query) a LayerNorm output already, the "
