@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from catcap.models.cross.context_assisted import ContextAssistedCrossAttention
-from catcap.models.cross.history import HistoricalContextMemory
+from catcap.models.cross.assist import ContextAssist
+from catcap.models.cross.memory import HistoricalContextMemory
 from catcap.models.cross.mix import MeshedGates
-from catcap.models.cross.vanilla import VanillaCrossAttention
+from catcap.models.cross.transformer import TransformerCrossAttention
 
 D, H, LEVELS, B, G, N = 512, 8, 3, 50, 5, 50
 
@@ -48,10 +48,11 @@ def main() -> None:
     mask, levels = torch.ones(B, N, dtype=torch.bool), torch.randn(B, LEVELS, N, D)
     rows, q = B * G, torch.randn(B * G, 1, D)
     linear, x = torch.nn.Linear(D, D), torch.randn(B * G, D)
-    vanilla = VanillaCrossAttention(D, H, 0.1, mix=MeshedGates(D, LEVELS)).eval()
+    vanilla = TransformerCrossAttention(D, H, 0.1, mix=MeshedGates(D, LEVELS)).eval()
     prepared_vanilla = vanilla.prepare(levels)
     for placement in ("per_level", "gated"):
-        caca = ContextAssistedCrossAttention(D, H, 0.1, placement=placement, mix=MeshedGates(D, LEVELS)).eval()
+        caca = TransformerCrossAttention(D, H, 0.1, mix=MeshedGates(D, LEVELS),
+                                         history=ContextAssist(placement=placement)).eval()
         prepared = caca.prepare(levels)
         for t in args.lengths:
             memory = HistoricalContextMemory()

@@ -102,9 +102,9 @@ def _few_queries_attend(q, k, v, mask, dropout=0.0, need_weights=False, explicit
 @contextlib.contextmanager
 def few_queries_on():
     """The tried lever: attention of <= 8 queries per head as three operations."""
-    import catcap.models.cross.vanilla as vanilla
+    import catcap.models.cross.transformer as cross
 
-    modules = [m for m in (attention, vanilla) if getattr(m, "attend", None) is _fused_attend]
+    modules = [m for m in (attention, cross) if getattr(m, "attend", None) is _fused_attend]
     for m in modules:
         m.attend = _few_queries_attend
     try:

@@ -58,11 +58,13 @@ def caption_split(captioner: Captioner, dataset: ImageDataset, beam: int) -> tup
 
 MODELS_DIR = DEMO_CONFIG.parents[1] / "models"
 VARIANT_KEYS = {"model": ("encoder", "decoder", "cross_attention", "memory_slots", "history"), "train": ("awc",)}
-# a recurrent (LSTM) preset also brings its one attention layer and its training recipe (step
-# schedule, scheduled sampling, label smoothing, gradient clipping), and takes the sizes of its
-# family's tiny preset: configs/models/aoanet_tiny.yaml for AoANet, updown_tiny.yaml otherwise
+# a recurrent (LSTM) preset also brings its one attention layer, the forms of its cells
+# (model.rnn.maxout, pooled_embedding) and its training recipe (step schedule, scheduled sampling,
+# label smoothing, gradient clipping), and takes the sizes of its family's tiny preset:
+# configs/models/aoanet_tiny.yaml for AoANet, updown_tiny.yaml otherwise
 RECURRENT_KEYS = {"model": ("decoder_layers",),
                   "train": ("schedule", "scheduled_sampling", "label_smoothing", "grad_clip", "grad_clip_mode")}
+RNN_FORMS = ("maxout", "pooled_embedding")
 RECURRENT_TINY = {"aoa": MODELS_DIR / "aoanet_tiny.yaml"}
 DEFAULT_RECURRENT_TINY = MODELS_DIR / "updown_tiny.yaml"
 
@@ -82,6 +84,8 @@ def variant_overrides(name: str) -> list[str]:
         carried = {section: VARIANT_KEYS[section] + RECURRENT_KEYS[section] for section in VARIANT_KEYS}
         tiny = read_yaml(RECURRENT_TINY.get(decoder, DEFAULT_RECURRENT_TINY))["model"]
         sizes = {k: v for k, v in tiny.items() if k not in VARIANT_KEYS["model"] and k != "feature_dim"}
+        forms = {k: v for k, v in data["model"].get("rnn", {}).items() if k in RNN_FORMS}
+        sizes["rnn"] = {**{k: v for k, v in sizes.get("rnn", {}).items() if k not in RNN_FORMS}, **forms}
         out += [item for key, value in sizes.items() for item in _flatten(f"model.{key}", value)]
     for section, keys in carried.items():
         for key in keys:

@@ -1,11 +1,11 @@
 """Named registries: configs name parts ("vanilla", "caca", ...), builders look them up.
 
-    CROSS_ATTENTION = Registry("cross_attention")
+    ENCODERS = Registry("encoder")
 
-    @CROSS_ATTENTION.register("vanilla")
-    class VanillaCrossAttention(nn.Module): ...
+    @ENCODERS.register("transformer")
+    class TransformerEncoder(nn.Module): ...
 
-    CROSS_ATTENTION.get("vanilla")  # the class; an unknown name lists the valid ones
+    ENCODERS.get("transformer")  # the class; an unknown name lists the valid ones
 
 Registries hold names only; they import nothing. A module registers its parts when it is
 imported, and ``builders.py`` imports every part module before building.
@@ -58,8 +58,5 @@ class Registry(Generic[T]):
 #: the registries of catcap's parts (filled by the modules that define the parts)
 ENCODERS: Registry = Registry("encoder")
 DECODERS: Registry = Registry("decoder")
+#: the cross-attention variants (vanilla, CACA, LightCACA), the same for every decoder
 CROSS_ATTENTION: Registry = Registry("cross_attention")
-#: the additive attention of the recurrent (LSTM) decoders, under the same variant names
-SOFT_ATTENTION: Registry = Registry("soft attention (recurrent decoders)")
-#: the multi-head attention of one decoding step of AoANet's LSTM decoder, under the same names
-HEAD_ATTENTION: Registry = Registry("multi-head step attention (AoANet decoder)")

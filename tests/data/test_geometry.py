@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from catcap.data.feature_base import FeatureStoreError, ImageFeatures
-from catcap.data.geometry import GEOMETRY_DIM, GeometryStore, append_geometry, box_geometry, with_geometry
+from catcap.data.geometry import (GEOMETRY_DIM, GeometryStore, append_geometry, box_geometry, check_region_classes,
+                                  with_geometry)
 from catcap.features.efficientnet import grid_boxes
 from catcap.models.config import ModelConfig
 
@@ -79,3 +80,22 @@ def test_the_wrapped_store_appends_five_columns_and_passes_the_rest_through():
     assert inner.closed
     assert with_geometry(inner, ModelConfig()) is inner  # no geometry: the store itself
     assert with_geometry(store, ModelConfig(encoder="vlp_regions", decoder="vlp", region_geometry=True)) is store
+
+
+def test_the_class_term_needs_the_grid_of_the_encoder_it_names():
+    """model.region_classes applies one encoder's ImageNet head: a store of that encoder passes, a
+    store of another encoder or of none (imported, synthetic) is refused with what to set."""
+    terms = ModelConfig(encoder="vlp_regions", decoder="vlp", feature_dim=1280, region_classes="efficientnet-lite1")
+    store = _Store()
+    store.meta = {"encoder": "efficientnet-lite1"}
+    check_region_classes(store, terms)
+    check_region_classes(_Store(), ModelConfig())  # no class term: any store
+    store.meta = {"encoder": "efficientnet-lite0"}
+    with pytest.raises(FeatureStoreError, match="holds efficientnet-lite0 grid features; set "
+                                                "model.region_classes=efficientnet-lite0 or extract"):
+        check_region_classes(store, terms)
+    store.meta = {}
+    with pytest.raises(FeatureStoreError, match="holds features of no catcap image encoder .*; set "
+                                                "model.region_classes=null or extract the images with "
+                                                "`catcap extract --encoder efficientnet-lite1`"):
+        check_region_classes(store, terms)

@@ -36,11 +36,14 @@ def test_table2_rows_are_the_three_lstm_decoders_with_and_without_caca():
     assert [c.name for c in rows] == ["Att2in", "Att2in + CACA", "BUTD", "BUTD + CACA", "LB", "LB + CACA"]
     assert [(c.model.decoder, c.model.cross_attention, c.train.awc.enabled) for c in rows] == [
         (d, x, x == "caca") for d in ("att2in", "updown", "lookback") for x in ("vanilla", "caca")]
-    # everything else is the anchors' LSTM recipe on COCO, the same in every row
-    same = {(c.model.encoder, c.model.d_model, c.model.rnn.word_dim, c.model.rnn.att_hidden, c.model.dropout,
-             c.train.schedule.name, c.train.schedule.lr, c.train.scheduled_sampling.max_prob, c.data.dataset)
-            for c in rows}
-    assert same == {("embed", 1000, 512, 512, 0.5, "step", 5e-4, 0.25, "data/coco/dataset_coco.json")}
+    # each decoder at its official sizes and function (Att2in2: rnn 512, max-out; Up-Down: rnn 1000,
+    # word embedding 1000, pooled-feature embedding; Look-Back on Up-Down's), the anchors' recipe on COCO
+    sizes = [(c.model.d_model, c.model.rnn.word_dim, c.model.rnn.att_hidden, c.model.rnn.maxout,
+              c.model.rnn.pooled_embedding) for c in rows]
+    assert sizes == [(512, 512, 512, True, False)] * 2 + [(1000, 1000, 512, False, True)] * 4
+    same = {(c.model.encoder, c.model.dropout, c.train.schedule.name, c.train.schedule.lr,
+             c.train.scheduled_sampling.max_prob, c.data.dataset, c.train.epochs, c.train.batch_size) for c in rows}
+    assert same == {("embed", 0.5, "step", 5e-4, 0.25, "data/coco/dataset_coco.json", 30, 50)}
 
 
 def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):

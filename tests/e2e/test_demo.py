@@ -45,7 +45,8 @@ def test_demo_compare_prints_one_table_for_five_models(tmp_path):
     assert m2_config["d_model"] == 128  # the demo's tiny sizes, not the preset's paper size
     lstm = json.loads((tmp_path / "demo" / "models" / "updown_caca" / "best" / "config.json").read_text())["config"]
     assert (lstm["model"]["decoder"], lstm["model"]["cross_attention"], lstm["model"]["decoder_layers"],
-            lstm["model"]["d_model"], lstm["model"]["rnn"]) == ("updown", "caca", 1, 128, {"word_dim": 64, "att_hidden": 64})
+            lstm["model"]["d_model"], lstm["model"]["rnn"]) == ("updown", "caca", 1, 128, {
+                "word_dim": 64, "att_hidden": 64, "maxout": False, "pooled_embedding": True})  # updown.yaml's official form
     assert lstm["train"]["schedule"]["name"] == "step" and lstm["train"]["scheduled_sampling"]["enabled"]
 
 
@@ -55,8 +56,9 @@ def test_demo_compare_rejects_an_unknown_preset(tmp_path):
     assert proc.returncode == 2
     assert ("unknown model preset 'catt' for --compare; choose from: aoanet, aoanet_caca, aoanet_light_caca, "
             "aoanet_tiny, att2in, att2in_caca, cat, lightcat, lookback, "
-            "lookback_caca, m2, m2_caca, m2_caca_gated, m2_caca_tiny, m2_light_caca, m2_tiny, tiny, transformer, "
-            "updown, updown_caca, updown_light_caca, updown_tiny") in proc.stderr
+            "lookback_caca, m2, m2_caca, m2_caca_gated, m2_caca_tiny, m2_light_caca, m2_official, m2_official_caca, "
+            "m2_tiny, tiny, transformer, updown, updown_caca, updown_light_caca, updown_tiny, vlp, vlp_region_terms, "
+            "vlp_small") in proc.stderr
     assert not (tmp_path / "world").exists(), "presets are checked before any work starts"
 
 
@@ -75,5 +77,8 @@ def test_compare_overrides_take_the_family_recipe_at_its_tiny_size():
             t.scheduled_sampling.max_prob) == (0.2, 0.1, "value", "step", 2e-4, True, 0.5)
     updown = load_config(ExperimentConfig, DEMO_CONFIG, variant_overrides("updown")).model
     assert (updown.d_model, updown.rnn.word_dim, updown.rnn.att_hidden, updown.dropout) == (128, 64, 64, 0.3)
+    assert updown.rnn.pooled_embedding and not updown.rnn.maxout  # the preset's cell forms, the tiny sizes
+    att2in = load_config(ExperimentConfig, DEMO_CONFIG, variant_overrides("att2in_caca")).model
+    assert (att2in.decoder, att2in.d_model, att2in.rnn.maxout, att2in.rnn.pooled_embedding) == ("att2in", 128, True, False)
     transformer = load_config(ExperimentConfig, DEMO_CONFIG, variant_overrides("cat"))
     assert transformer.train.label_smoothing == 0.0 and transformer.train.grad_clip_mode == "norm"

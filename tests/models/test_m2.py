@@ -12,11 +12,11 @@ from catcap.config import ConfigError, load_config
 from catcap.models.attention import KeyValue
 from catcap.models.builders import build_captioner
 from catcap.models.config import HistoryConfig, ModelConfig
-from catcap.models.cross.context_assisted import ContextAssistedCrossAttention, LightContextAssistedCrossAttention
 from catcap.models.cross.mix import MeshedGates, top_levels
-from catcap.models.cross.vanilla import VanillaCrossAttention
+from catcap.models.cross.transformer import TransformerCrossAttention
 from catcap.models.encoders.transformer import MemoryAugmentedEncoder, MemorySlots, TransformerEncoder
 from catcap.models.parts import history_heads, model_name
+from catcap.registry import CROSS_ATTENTION
 from catcap.training.awc import make_awc
 from catcap.training.experiment import ExperimentConfig
 
@@ -176,15 +176,16 @@ def test_top_levels_takes_the_top_levels_and_explains_a_shortfall():
 
 # -- the meshed cross attention, by hand --------------------------------------------------------------
 
-def make_meshed(cls, **options):
+def make_meshed(variant, **options):
     torch.manual_seed(1)
-    module = cls(D, H, 0.0, mix=MeshedGates(D, L), **options).eval()
+    history = CROSS_ATTENTION.get(variant)(**options)
+    module = TransformerCrossAttention(D, H, 0.0, mix=MeshedGates(D, L), history=history).eval()
     randomise_norms(module)
     return module
 
 
 def test_meshed_vanilla_cross_attention_is_m2s_formula():
-    module = make_meshed(VanillaCrossAttention)
+    module = make_meshed("vanilla")
     q, levels = torch.randn(2, T, D), torch.randn(2, L, N, D)
     with torch.no_grad():
         c, _ = module(q, module.prepare(levels), torch.ones(2, N, dtype=torch.bool))
@@ -222,12 +223,9 @@ def spec_meshed_caca(module, q, levels, placement, light=False):
     return torch.cat(outputs), torch.stack(weights, 1)
 
 
-@pytest.mark.parametrize("cls, placement", [(ContextAssistedCrossAttention, "per_level"),
-                                            (ContextAssistedCrossAttention, "gated"),
-                                            (LightContextAssistedCrossAttention, None)])
-def test_meshed_caca_equals_the_specification_in_parallel_and_step_by_step(cls, placement):
-    light = placement is None
-    module = make_meshed(cls, **({} if light else {"placement": placement}))
+def parallel_and_steps_equal(module, spec):
+    """The meshed cross attention over all positions and step by step (two captions, one padded)
+    gives ``spec(q, levels)`` -> (c (t, D), a (L*H, t)) of each caption; -> the last step's cache."""
     q, levels = torch.randn(2, T, D), torch.randn(2, L, N, D)
     memory_mask, query_mask = torch.ones(2, N, dtype=torch.bool), torch.tensor([[True] * T, [True, True, True, False]])
     with torch.no_grad():
@@ -239,24 +237,32 @@ def test_meshed_caca_equals_the_specification_in_parallel_and_step_by_step(cls, 
             steps.append(out)
         for b in range(2):
             t = int(query_mask[b].sum())
-            want_c, want_a = spec_meshed_caca(module, q[b, :t], levels[b], placement, light)
+            want_c, want_a = spec(q[b, :t], levels[b])
             torch.testing.assert_close(c[b, :t], want_c, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(torch.cat(steps, 1)[b, :t], want_c, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(extras["history_weight"][b, :, :t], want_a, rtol=1e-5, atol=1e-6)
-    per_level_memory = cls is ContextAssistedCrossAttention and placement == "per_level"
+    return cache
+
+
+@pytest.mark.parametrize("variant, placement", [("caca", "per_level"), ("caca", "gated"), ("light_caca", None)])
+def test_meshed_caca_equals_the_specification_in_parallel_and_step_by_step(variant, placement):
+    light = placement is None
+    module = make_meshed(variant, **({} if light else {"placement": placement}))
+    cache = parallel_and_steps_equal(module, lambda q, levels: spec_meshed_caca(module, q, levels, placement, light))
+    per_level_memory = placement == "per_level"
     assert cache.keys.k.shape == (2, (L if per_level_memory else 1) * H, T, D // H)
 
 
 def test_dropout_path_equals_the_blockwise_path_for_shared_histories(monkeypatch):
     """The concatenated softmax (used with attention dropout) and the block-wise eval path agree
     when one history is read by every level (gated CACA, LightCACA)."""
-    for cls, options in [(ContextAssistedCrossAttention, {"placement": "gated"}), (LightContextAssistedCrossAttention, {})]:
-        module = make_meshed(cls, **options)
+    for variant, options in [("caca", {"placement": "gated"}), ("light_caca", {})]:
+        module = make_meshed(variant, **options)
         q, levels = torch.randn(2, T, D), torch.randn(2, L, N, D)
         mask = torch.tensor([[True] * N, [True, False, False]])
         with torch.no_grad():
             fast, fx = module(q, module.prepare(levels), mask)
-            monkeypatch.setattr(type(module), "_p", property(lambda self: 1e-12))  # takes the dropout path
+            monkeypatch.setattr(type(module), "attention_dropout", property(lambda self: 1e-12))  # the dropout path
             slow, sx = module(q, module.prepare(levels), mask)
             monkeypatch.undo()
         torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)

@@ -12,8 +12,8 @@ from tiny_models import tiny_captioner
 from catcap.config import ConfigError
 from catcap.models.builders import build_captioner
 from catcap.models.config import HistoryConfig, ModelConfig, RecurrentConfig
-from catcap.models.cross.soft import (ContextAssistedSoftAttention, LightContextAssistedSoftAttention, SoftAttention,
-                                      SoftHistory)
+from catcap.models.cross.assist import ContextAssist
+from catcap.models.cross.soft import SoftAttention, SoftHistory
 from catcap.models.parts import history_heads, history_layers, model_name
 
 
@@ -91,7 +91,9 @@ def test_caca_final_pass_equals_one_softmax_over_regions_and_history():
     equals attending with one softmax to [regions; c_hat_1..t], and the history weight is the
     softmax mass on the entries."""
     torch.manual_seed(0)
-    attention = ContextAssistedSoftAttention(6, 5).eval()
+    attention = SoftAttention(6, 5, history=ContextAssist()).eval()
+    plain = SoftAttention(6, 5).eval()  # the same weights without a history: the first pass alone
+    plain.load_state_dict(attention.state_dict())
     values, h = torch.randn(2, 4, 6), torch.randn(2, 6)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
     earlier = torch.randn(2, 2, 6)
@@ -99,7 +101,7 @@ def test_caca_final_pass_equals_one_softmax_over_regions_and_history():
     prepared = attention.prepare(values)
     with torch.no_grad():
         c, after, extras = attention(h, prepared, mask, cache, 1)
-        c_hat, _, _ = SoftAttention.forward(attention, h, prepared, mask, None, 1)  # the first pass alone
+        c_hat, _, _ = plain(h, prepared, mask, None, 1)
         expected, weight = _concatenated_softmax(attention.score, h, values, after.values, mask)
     torch.testing.assert_close(after.values[:, 2], c_hat)
     torch.testing.assert_close(after.keys[:, 2], attention.score.key(c_hat))  # read from the region keys
@@ -109,7 +111,7 @@ def test_caca_final_pass_equals_one_softmax_over_regions_and_history():
 
 def test_light_caca_entries_are_the_queries():
     torch.manual_seed(0)
-    attention = LightContextAssistedSoftAttention(6, 5).eval()
+    attention = SoftAttention(6, 5, history=ContextAssist(light=True)).eval()
     values, h = torch.randn(2, 4, 6), torch.randn(2, 6)
     mask = torch.ones(2, 4, dtype=torch.bool)
     with torch.no_grad():
@@ -155,7 +157,7 @@ def test_config_builds_names_and_counts_one_history_layer_and_head():
     cfg = _cfg()
     model = build_captioner(cfg, 30)
     assert type(model.decoder).__name__ == "UpDownDecoder"
-    assert type(model.decoder.attention).__name__ == "ContextAssistedSoftAttention"
+    assert type(model.decoder.attention).__name__ == "SoftAttention" and model.decoder.attention.history == ContextAssist()
     assert history_layers(cfg) == 1 and history_heads(cfg) == 1
     assert model_name(cfg) == "Up-Down + CACA" and model_name(_cfg(decoder="att2in", cross_attention="vanilla")) == "Att2in"
     assert model_name(_cfg(decoder="lookback", cross_attention="light_caca")) == "Look-Back + LightCACA"
@@ -169,7 +171,13 @@ def test_config_builds_names_and_counts_one_history_layer_and_head():
     (dict(history=HistoryConfig(placement="gated")), "placement='gated' has no effect"),
     (dict(cross_attention="light_caca", history=HistoryConfig(shared=False)), "model.history.shared=False has no effect"),
     (dict(decoder="transformer", decoder_layers=2, num_heads=2), "model.rnn .* has no effect on decoder 'transformer'"),
-    (dict(cross_attention="nope"), "unknown soft attention \\(recurrent decoders\\) 'nope'; choose one of: caca, light_caca, vanilla"),
+    (dict(cross_attention="nope"), "unknown cross_attention 'nope'; choose one of: caca, light_caca, vanilla"),
+    (dict(rnn=RecurrentConfig(8, 8, maxout=True)), "model.rnn.maxout=True makes Att2in's cell input a max-out .*; "
+                                                   "decoder 'updown' does not read it"),
+    (dict(decoder="att2in", rnn=RecurrentConfig(8, 8, pooled_embedding=True)), "model.rnn.pooled_embedding=True gives "
+                                                                               ".* decoder 'att2in' does not read it"),
+    (dict(encoder="transformer", rnn=RecurrentConfig(8, 8, pooled_embedding=True)), "pooled_embedding needs the region "
+                                                                                    "embedding .*: set model.encoder=embed"),
 ])
 def test_config_refuses_what_a_recurrent_decoder_would_ignore(kwargs, message):
     with pytest.raises((ConfigError, KeyError), match=message):
@@ -184,7 +192,7 @@ def test_embed_encoder_refuses_memory_slots():
 def test_soft_caca_gradients_match_finite_differences():
     """The in-place tanh and the block-wise final pass differentiate correctly (float64 gradcheck)."""
     torch.manual_seed(0)
-    attention = ContextAssistedSoftAttention(4, 3).double()
+    attention = SoftAttention(4, 3, history=ContextAssist()).double()
     values = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     h = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
     earlier = torch.randn(2, 2, 4, dtype=torch.float64)
@@ -196,3 +204,27 @@ def test_soft_caca_gradients_match_finite_differences():
         return c, extras["history_weight"]
 
     assert torch.autograd.gradcheck(run, (values, h))
+
+
+def test_the_official_forms_by_hand():
+    """Att2in's max-out cell: c = sigmoid(f) c + sigmoid(i) max(g_1, g_2) with the context added to
+    both pieces; Up-Down's pooled-feature embedding: the attention LSTM's per-image input reads
+    ReLU(W_f mean(R) + b_f) of the raw region features (the official functions themselves are
+    checked against the official code in test_transplant_parity.py)."""
+    torch.manual_seed(0)
+    features, fmask, _ = batch()
+    att2in = build_captioner(_cfg(decoder="att2in", cross_attention="vanilla", rnn=RecurrentConfig(8, 8, maxout=True)), 30)
+    cell, d = att2in.decoder.lstm, 16
+    x, h, c, extra = torch.randn(2, 8), torch.randn(2, d), torch.randn(2, d), torch.randn(2, 2 * d)
+    gates = cell.input(x) + cell.hidden(h)
+    i, f, g, o = gates[:, :d], gates[:, d:2 * d], gates[:, 2 * d:4 * d] + extra, gates[:, 4 * d:]
+    want_c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.maximum(g[:, :d], g[:, d:])
+    got_h, got_c = cell(x, h, c, cell_input=extra)
+    torch.testing.assert_close(got_c, want_c)
+    torch.testing.assert_close(got_h, torch.sigmoid(o) * torch.tanh(want_c))
+    updown = build_captioner(_cfg(cross_attention="vanilla", rnn=RecurrentConfig(8, 8, pooled_embedding=True)), 30).eval()
+    with torch.no_grad():
+        prepared = updown.decoder.prepare(*updown.encode(features, fmask))
+        mean = torch.stack([features[0].mean(0), features[1, :2].mean(0)])
+        pooled = torch.relu(updown.encoder.pooled(mean))
+        torch.testing.assert_close(prepared.per_image, updown.decoder.mean_gates(pooled), rtol=1e-5, atol=1e-6)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from catcap.config import ConfigError, load_config
-from catcap.models.cross.context_assisted import ContextAssistedCrossAttention
+from catcap.models.cross.assist import ContextAssist
+from catcap.models.cross.transformer import TransformerCrossAttention
 from catcap.training.awc import AdaptiveWeightConstraint, awc_loss, history_stats
 from catcap.training.experiment import ExperimentConfig
 
@@ -37,7 +38,7 @@ def test_value_matches_the_formula_on_hand_made_weights():
 
 def test_gradient_reaches_beta_and_the_attention():
     torch.manual_seed(0)
-    module = ContextAssistedCrossAttention(8, 2, 0.0)
+    module = TransformerCrossAttention(8, 2, 0.0, history=ContextAssist())
     q, x = torch.randn(2, 5, 8), torch.randn(2, 4, 8)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     _, extras = module(q, module.prepare(x), torch.ones(2, 4, dtype=torch.bool), mask)

@@ -29,7 +29,7 @@ def test_bad_values_are_refused_when_the_config_is_loaded(override, message):
         load_config(ExperimentConfig, None, [override])
 
 
-@pytest.mark.parametrize("override", ["model.cross_attention=foo", "model.decoder=m2", "model.encoder=lstm"])
+@pytest.mark.parametrize("override", ["model.cross_attention=foo", "model.decoder=m3", "model.encoder=lstm"])
 def test_unknown_parts_are_refused_when_the_config_is_loaded(override):
     with pytest.raises(UnknownName, match="choose one of"):
         load_config(ExperimentConfig, None, [override])

@@ -29,14 +29,17 @@ one plain line every 30 s when output goes to a file (CATCAP_PROGRESS_SECONDS).
 
 Models: model.cross_attention=vanilla|caca|light_caca (Transformer, CAT, LightCAT; options
 under model.history), train.awc.enabled=true adds CAT's adaptive weight constraint.
-model.encoder=memory_augmented model.decoder=meshed makes it M2 (memory slots per head:
-model.memory_slots; with caca, model.history.placement=per_level|gated says where the
-history lives): configs/models/m2.yaml, m2_caca.yaml, m2_light_caca.yaml; docs/m2.md.
+model.encoder=m2 model.decoder=m2 makes it the official M2 (post-norm; memory slots per head:
+model.memory_slots): configs/models/m2_official.yaml, m2_official_caca.yaml;
+model.encoder=memory_augmented model.decoder=meshed catcap's pre-norm M2 (with caca,
+model.history.placement=per_level|gated says where the history lives): configs/models/m2.yaml,
+m2_caca.yaml, m2_light_caca.yaml; docs/m2.md.
 model.decoder=att2in|updown|lookback (with model.encoder=embed, model.decoder_layers=1) is an
 LSTM captioner whose soft attention is vanilla, caca or light_caca; rnn size model.d_model,
-other sizes model.rnn.word_dim / att_hidden; train.scheduled_sampling.enabled=true feeds it its
-own words (+increase every `every` epochs up to max_prob): configs/models/updown.yaml,
-updown_caca.yaml (att2in*, lookback* alike); docs/recurrent.md.
+other sizes model.rnn.word_dim / att_hidden, model.rnn.maxout (Att2in2's cell) and
+model.rnn.pooled_embedding (Up-Down's pooled feature); train.scheduled_sampling.enabled=true
+feeds it its own words (+increase every `every` epochs up to max_prob): configs/models/updown.yaml,
+updown_caca.yaml (att2in*, lookback* alike; the official sizes); docs/recurrent.md.
 model.encoder=aoa_refiner model.decoder=aoa is AoANet (refiner of model.encoder_layers
 self-attention layers with attention on attention; LSTM decoder attending with
 model.num_heads heads; vanilla, caca or light_caca with one history per head), its recipe in
@@ -48,7 +51,8 @@ masked-token prediction (train.mlm.rate, seq2seq_ratio; at D=256 with train.sche
 the default rate makes pre-training hurt, benchmarks/results/vlp.md), train.init_from=<that run>/last then
 fine-tunes it for captions, and `catcap vqa` for questions; its region embedding adds box
 geometry with model.region_geometry=true and, on catcap extract grids, each cell's ImageNet
-class probabilities with model.region_classes=efficientnet-lite0 (the extracting encoder); docs/vlp.md.
+class probabilities with model.region_classes=efficientnet-lite0 (the extracting encoder; both:
+configs/models/vlp_region_terms.yaml); docs/vlp.md.
 Objective: train.objective=xe|scst|xe_then_scst (self-critical training with the CIDEr-D
 reward; train.scst.* settings, train.init_from=CHECKPOINT to start from XE weights: SCST
 scores them first and keeps them as best/ until an SCST epoch beats them).

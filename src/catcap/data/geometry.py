@@ -12,6 +12,10 @@ are kept; pixel boxes are divided by the frame that the image's boxes span (smal
 largest x2, y2). For grid features from ``catcap extract`` that frame is exactly the square the
 encoder saw (the centre crop), so ``G_i`` is the cell's box in the encoder's view and does not
 depend on the photo's size; for detector boxes it is the part of the photo the detector covered.
+
+VLP's other region term, the class probabilities ``C_i`` (``model.region_classes``), needs no
+column: the model applies the named image encoder's ImageNet head to each grid cell. It is
+right only for that encoder's grids: :func:`check_region_classes` refuses any other store.
 """
 
 from __future__ import annotations
@@ -84,6 +88,22 @@ def with_geometry(store, model_cfg):
     if getattr(model_cfg, "region_geometry", False) and not isinstance(store, GeometryStore):
         return GeometryStore(store)
     return store
+
+
+def check_region_classes(store, model_cfg) -> None:
+    """With ``model.region_classes``, ``store`` must hold that encoder's grid features (its meta
+    ``encoder``, written by ``catcap extract``): another encoder's 1280-d grid would be classified
+    by the wrong head, and detector or imported features have no ImageNet classes at all."""
+    wanted = getattr(model_cfg, "region_classes", None)
+    if not wanted:
+        return
+    found = (getattr(store, "meta", None) or {}).get("encoder")
+    if found != wanted:
+        held = f"{found} grid features" if found else "features of no catcap image encoder (imported or synthetic)"
+        raise FeatureStoreError(f"model.region_classes={wanted} classifies grid cells with {wanted}'s ImageNet head, "
+                                f"but {getattr(store, 'path', 'the feature store')} holds {held}; "
+                                + (f"set model.region_classes={found}" if found else "set model.region_classes=null")
+                                + f" or extract the images with `catcap extract --encoder {wanted}`")
 
 
 def grid_geometry_rows(regions: np.ndarray, boxes: np.ndarray, model_cfg) -> np.ndarray:

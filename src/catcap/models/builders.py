@@ -4,15 +4,22 @@ from __future__ import annotations
 
 from catcap.models.caption_model import CaptionModel
 from catcap.models.config import ModelConfig
-from catcap.models.parts import attention_registry, cross_options, encoder_levels, multi_head_recurrent, recurrent
+from catcap.models.parts import attention_family, cross_options, encoder_levels, multi_head_recurrent, recurrent
 from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
 
 
+def history_strategy(cfg: ModelConfig):
+    """The configured variant: a ContextAssist (CACA, LightCACA) with the ``model.history``
+    options it takes, or None (vanilla)."""
+    return CROSS_ATTENTION.get(cfg.cross_attention)(**cross_options(cfg))
+
+
 def cross_attention_factory(cfg: ModelConfig):
-    """A function making one cross-attention module of the configured variant around a given
-    mix (the decoder's choice of encoder levels), with the ``model.history`` options it takes."""
-    cls, kwargs = CROSS_ATTENTION.get(cfg.cross_attention), cross_options(cfg)
-    return lambda mix: cls(cfg.d_model, cfg.num_heads, cfg.dropout, mix=mix, **kwargs)
+    """A function making one Transformer-decoder cross attention of the configured variant
+    around a given mix (the decoder's choice of encoder levels)."""
+    history = history_strategy(cfg)
+    return lambda mix, post_norm=False: attention_family(cfg)(cfg.d_model, cfg.num_heads, cfg.dropout, mix=mix,
+                                                              history=history, post_norm=post_norm)
 
 
 def build_encoder(cfg: ModelConfig):
@@ -20,7 +27,8 @@ def build_encoder(cfg: ModelConfig):
     region terms (``model.region_geometry`` / ``region_classes``) go to encoders that embed them."""
     options = {} if cfg.memory_slots is None else {"memory_slots": cfg.memory_slots}
     options.update({k: v for k, v in (("region_geometry", cfg.region_geometry),
-                                      ("region_classes", cfg.region_classes)) if v})  # VLP's region terms
+                                      ("region_classes", cfg.region_classes),  # VLP's region terms
+                                      ("pooled", cfg.rnn.pooled_embedding)) if v})  # Up-Down's pooled feature
     return ENCODERS.get(cfg.encoder)(cfg.feature_dim, cfg.d_model, cfg.num_heads, cfg.encoder_layers, cfg.d_ff,
                                      cfg.dropout, **options)
 
@@ -29,10 +37,10 @@ def soft_attention_factory(cfg: ModelConfig):
     """A function making a recurrent decoder's attention of the configured variant: soft
     attention (``look_back``: Look-Back's query also reads the previous context), or AoANet's
     multi-head step attention."""
-    cls, kwargs = attention_registry(cfg).get(cfg.cross_attention), cross_options(cfg)
+    cls, history = attention_family(cfg), history_strategy(cfg)
     if multi_head_recurrent(cfg):  # AoANet: dot-product heads (no Look-Back query)
-        return lambda look_back: cls(cfg.d_model, cfg.num_heads, **kwargs)
-    return lambda look_back: cls(cfg.d_model, cfg.rnn.att_hidden, look_back=look_back, **kwargs)
+        return lambda look_back: cls(cfg.d_model, cfg.num_heads, history=history)
+    return lambda look_back: cls(cfg.d_model, cfg.rnn.att_hidden, look_back=look_back, history=history)
 
 
 def build_decoder(cfg: ModelConfig, vocab_size: int, pad_id: int = 0):
@@ -40,7 +48,9 @@ def build_decoder(cfg: ModelConfig, vocab_size: int, pad_id: int = 0):
     recurrent one (rnn size d_model, ``model.rnn`` sizes)."""
     cls = DECODERS.get(cfg.decoder)
     if recurrent(cfg):
-        return cls(vocab_size, cfg.d_model, cfg.rnn.word_dim, cfg.dropout, soft_attention_factory(cfg), pad_id=pad_id)
+        core = {k: v for k, v in (("maxout", cfg.rnn.maxout), ("pooled_embedding", cfg.rnn.pooled_embedding)) if v}
+        return cls(vocab_size, cfg.d_model, cfg.rnn.word_dim, cfg.dropout, soft_attention_factory(cfg), pad_id=pad_id,
+                   **core)
     return cls(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.d_ff, cfg.dropout,
                cross_attention_factory(cfg), max_len=cfg.max_len, pad_id=pad_id, memory_levels=encoder_levels(cfg))
 

@@ -14,7 +14,7 @@ class HistoryConfig:
     ``ihc`` [regions; entries 1..t-1], ``ohc`` entries 1..t only (Table 5);
     shared: CACA's two passes share LayerNorm and attention weights (``false``: the final pass
     gets its own, Table 6); normalize: history entries go through the reading pass's LayerNorm
-    before projection (see ``catcap.models.cross.context_assisted``; ``false`` = the literal
+    before projection (see ``catcap.models.cross.transformer``; ``false`` = the literal
     formula); placement: where CACA's history lives in a meshed (M2) decoder — ``per_level``
     one HCM per encoder level (each level's ``C(Y, X_i)`` becomes a CACA), ``gated`` one HCM of
     the gated first pass shared by every level (docs/m2.md). ``caca`` reads all four,
@@ -29,13 +29,20 @@ class HistoryConfig:
 
 @dataclass
 class RecurrentConfig:
-    """``model.rnn``: sizes of the recurrent (LSTM) decoders that the Transformer's fields do not
-    name — word_dim the word embedding width (the anchors' input encoding), att_hidden the
-    additive attention's hidden size. The rnn size is ``model.d_model`` (also the width of the
-    embedded regions, so that contexts, regions and hidden states share one space)."""
+    """``model.rnn``: sizes and forms of the recurrent (LSTM) decoders that the Transformer's
+    fields do not name — word_dim the word embedding width (the anchors' input encoding),
+    att_hidden the additive attention's hidden size. The rnn size is ``model.d_model`` (also the
+    width of the embedded regions, so that contexts, regions and hidden states share one space).
+    maxout (Att2in): the cell input is a two-piece max-out instead of tanh (Rennie et al.'s Att2in,
+    self-critical.pytorch's Att2in2); pooled_embedding (Up-Down, Look-Back): the attention LSTM
+    reads the mean region feature through its own embedding ``ReLU(W_f mean(R) + b_f)`` (the
+    anchors' ``fc_embed``) instead of the mean embedded region (needs ``model.encoder: embed``).
+    docs/recurrent.md."""
 
     word_dim: int = 512
     att_hidden: int = 512
+    maxout: bool = False
+    pooled_embedding: bool = False
 
 
 @dataclass
@@ -43,10 +50,11 @@ class ModelConfig:
     """Sizes and part names of a captioner. Defaults are the paper's Transformer (SPEC.md §2).
 
     encoder / decoder / cross_attention name registered parts (``catcap.registry``):
-    encoder ``transformer``, ``memory_augmented`` (M2: memory slots, every layer's output kept)
-    or ``embed`` (each region embedded alone, the LSTM captioners' encoder);
-    decoder ``transformer`` (reads the encoder's top level), ``meshed`` (M2: every level, gated)
-    or a recurrent one — ``att2in``, ``updown``, ``lookback`` (docs/recurrent.md), whose rnn
+    encoder ``transformer``, ``memory_augmented`` (M2: memory slots, every layer's output kept),
+    ``m2`` (the official M2's post-norm encoder) or ``embed`` (each region embedded alone, the
+    LSTM captioners' encoder);
+    decoder ``transformer`` (reads the encoder's top level), ``meshed`` (M2: every level, gated),
+    ``m2`` (the official M2's post-norm meshed decoder; docs/m2.md) or a recurrent one — ``att2in``, ``updown``, ``lookback`` (docs/recurrent.md), whose rnn
     size is d_model, whose other sizes are in ``rnn``, which have one attention "layer"
     (decoder_layers must be 1) and read neither num_heads, d_ff nor max_len;
     cross_attention ``vanilla`` (Transformer / M2), ``caca`` (CAT / M2 + CACA), ``light_caca``

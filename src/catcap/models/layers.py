@@ -15,16 +15,21 @@ class FeedForward(nn.Module):
 
     As in Vaswani et al., dropout is applied to the sub-layer's output by the block that uses
     it, not inside: a dropout on the (tokens x d_ff) hidden activations cost 7% of a paper-size
-    training step on CPU (benchmarks/results/decode.md). Tokens are flattened to 2-D first
-    (:func:`rows_through`), so that the in-place ReLU acts on the first Linear's own output.
+    training step on CPU (benchmarks/results/decode.md). ``hidden_dropout`` > 0 adds one there
+    (``W_2 Dropout(ReLU(W_1 x))``, the official M2's feed-forward layer). Tokens are flattened
+    to 2-D first (:func:`rows_through`), so that the in-place ReLU acts on the first Linear's
+    own output.
     """
 
-    def __init__(self, d_model: int, d_ff: int):
+    def __init__(self, d_model: int, d_ff: int, hidden_dropout: float = 0.0):
         super().__init__()
         self.net = nn.Sequential(Linear(d_model, d_ff), nn.ReLU(inplace=True), Linear(d_ff, d_model))
+        self.hidden_dropout = nn.Dropout(hidden_dropout) if hidden_dropout else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return rows_through(self.net, x)
+        if self.hidden_dropout is None:
+            return rows_through(self.net, x)
+        return rows_through(lambda rows: self.net[2](self.hidden_dropout(self.net[1](self.net[0](rows)))), x)
 
 
 def rows_through(net: nn.Module, x: Tensor) -> Tensor:
@@ -44,6 +49,25 @@ def sinusoid_table(length: int, d_model: int) -> Tensor:
     table[:, 0::2] = torch.sin(position * rate)
     table[:, 1::2] = torch.cos(position * rate)[:, : d_model // 2]
     return table
+
+
+class FrozenPositions(nn.Module):
+    """Adds rows ``offset + 1 ..`` of a fixed (max_len + 1, D) table to (B, T, D) inputs: the
+    official M2's position embedding, whose sinusoidal table its initialisation overwrites with
+    Xavier-uniform values that are then never trained (row 0 is its padding position). Kept
+    as a buffer, so a checkpoint carries it."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        table = torch.empty(max_len + 1, d_model)
+        self.register_buffer("table", nn.init.xavier_uniform_(table))
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        length = x.shape[1]
+        if offset + length + 1 > self.table.shape[0]:
+            raise ValueError(f"caption position {offset + length} exceeds the position table "
+                             f"({self.table.shape[0] - 1}); raise max_len")
+        return x + self.table[offset + 1:offset + 1 + length]
 
 
 class SinusoidalPositions(nn.Module):

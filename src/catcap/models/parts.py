@@ -12,8 +12,6 @@ import inspect
 from dataclasses import asdict
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
-import catcap.models.cross.aoa  # noqa: F401  (registers AoANet's decoder attention)
-import catcap.models.cross.soft  # noqa: F401  (registers the recurrent decoders' soft attention)
 import catcap.models.decoders.aoa  # noqa: F401  (registers AoANet's decoder)
 import catcap.models.decoders.lstm  # noqa: F401  (registers the recurrent decoders)
 import catcap.models.decoders.transformer  # noqa: F401  (registers the decoders)
@@ -21,7 +19,10 @@ import catcap.models.encoders.aoa  # noqa: F401  (registers AoANet's refiner)
 import catcap.models.encoders.embed  # noqa: F401  (registers the region embedding)
 import catcap.models.encoders.transformer  # noqa: F401  (registers the encoders)
 import catcap.models.vlp  # noqa: F401  (registers VLP's region embedding and shared Transformer)
-from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS, HEAD_ATTENTION, SOFT_ATTENTION
+from catcap.models.cross.aoa import HeadAttention
+from catcap.models.cross.soft import SoftAttention
+from catcap.models.cross.transformer import TransformerCrossAttention
+from catcap.registry import CROSS_ATTENTION, DECODERS, ENCODERS
 
 #: which model.history options each variant reads, for the error message
 _READS = ("caca reads strategy, shared, normalize and placement (in a recurrent decoder strategy and shared); "
@@ -43,13 +44,13 @@ def multi_head_recurrent(cfg) -> bool:
     return recurrent(cfg) and DECODERS.get(cfg.decoder).multi_head
 
 
-def attention_registry(cfg):
-    """Where the configured cross-attention variant lives: multi-head cross attention for the
-    Transformer decoders, soft (additive) attention for the LSTM ones, multi-head step attention
-    for AoANet's decoder (same names in each)."""
+def attention_family(cfg):
+    """The attention class of the configured decoder, which every cross-attention variant
+    (vanilla, CACA, LightCACA) runs in: multi-head cross attention for the Transformer decoders,
+    soft (additive) attention for the LSTM ones, multi-head step attention for AoANet's."""
     if not recurrent(cfg):
-        return CROSS_ATTENTION
-    return HEAD_ATTENTION if multi_head_recurrent(cfg) else SOFT_ATTENTION
+        return TransformerCrossAttention
+    return HeadAttention if multi_head_recurrent(cfg) else SoftAttention
 
 
 def check_parts(cfg) -> None:
@@ -67,7 +68,11 @@ def check_parts(cfg) -> None:
                           f"to make {cfg.cross_attention!r}: set model.cross_attention=vanilla")
     if cfg.history.placement != "per_level" and not DECODERS.get(cfg.decoder).meshed:
         raise ConfigError(f"model.history.placement={cfg.history.placement!r} has no effect with decoder "
-                          f"{cfg.decoder!r}, which reads one encoder level; use model.decoder=meshed (M2) or remove it")
+                          f"{cfg.decoder!r}, which reads one encoder level; use model.decoder=meshed or m2 (M2) or remove it")
+    if getattr(DECODERS.get(cfg.decoder), "post_norm", False) and not cfg.history.normalize:
+        raise ConfigError(f"model.history.normalize=False has no effect with decoder {cfg.decoder!r}: its post-norm "
+                          "sub-layers make every history entry (c_tmp, or the query) a LayerNorm output already, the "
+                          "paper's entry; remove it")
 
 
 def _check_region_terms(cfg) -> None:
@@ -88,8 +93,17 @@ def _check_region_terms(cfg) -> None:
                           "or null to leave the class term out")
 
 
+#: what each ``model.rnn`` option is, for the message that refuses it where it would be ignored
+_RNN_OPTIONS = {"word_dim": "is the word embedding width",
+                "att_hidden": "sizes additive attention (AoANet attends with dot-product heads: set model.num_heads)",
+                "maxout": "makes Att2in's cell input a max-out (model.decoder=att2in)",
+                "pooled_embedding": "gives Up-Down's / Look-Back's pooled feature its own embedding "
+                                    "(model.decoder=updown or lookback)"}
+
+
 def _check_recurrent(cfg) -> None:
-    """``model.rnn`` only with a recurrent decoder; a recurrent decoder has one attention layer."""
+    """``model.rnn`` only with a recurrent decoder, and only the options that decoder reads; a
+    recurrent decoder has one attention layer."""
     from catcap.config import ConfigError
 
     if recurrent(cfg):
@@ -97,10 +111,14 @@ def _check_recurrent(cfg) -> None:
             raise ConfigError(f"model.decoder={cfg.decoder} is an LSTM decoder with one attention layer: set "
                               f"model.decoder_layers=1 (found {cfg.decoder_layers}), or start from its preset "
                               f"configs/models/{cfg.decoder}.yaml")
-        if multi_head_recurrent(cfg) and cfg.rnn.att_hidden != type(cfg.rnn)().att_hidden:
-            raise ConfigError(f"model.rnn.att_hidden={cfg.rnn.att_hidden} sizes additive attention; decoder "
-                              f"{cfg.decoder!r} attends with {cfg.num_heads} dot-product heads of width d_model / "
-                              f"num_heads: remove it (set model.num_heads instead)")
+        defaults, reads = asdict(type(cfg.rnn)()), DECODERS.get(cfg.decoder).rnn_options
+        for key, value in asdict(cfg.rnn).items():
+            if key not in reads and value != defaults[key]:
+                raise ConfigError(f"model.rnn.{key}={value!r} {_RNN_OPTIONS[key]}; decoder {cfg.decoder!r} does not "
+                                  "read it: remove it")
+        if cfg.rnn.pooled_embedding and not getattr(ENCODERS.get(cfg.encoder), "embeds_pooled", False):
+            raise ConfigError(f"model.rnn.pooled_embedding needs the region embedding that also embeds the pooled "
+                              f"feature: set model.encoder=embed (found {cfg.encoder!r})")
     elif asdict(cfg.rnn) != asdict(type(cfg.rnn)()):
         raise ConfigError(f"model.rnn ({asdict(cfg.rnn)}) sizes the LSTM decoders (att2in, updown, lookback) and "
                           f"has no effect on decoder {cfg.decoder!r}; remove it")
@@ -112,7 +130,8 @@ def cross_options(cfg) -> dict:
     an ablation lie)."""
     from catcap.config import ConfigError
 
-    accepted = inspect.signature(attention_registry(cfg).get(cfg.cross_attention).__init__).parameters
+    variant = inspect.signature(CROSS_ATTENTION.get(cfg.cross_attention)).parameters
+    accepted = set(variant) & attention_family(cfg).history_options
     options, defaults = asdict(cfg.history), asdict(type(cfg.history)())
     for key, value in options.items():
         if key not in accepted and value != defaults[key]:
@@ -151,6 +170,8 @@ def history_layers(cfg) -> int:
 #: the paper's names of (decoder, cross attention) pairs
 _NAMES = {("transformer", "vanilla"): "Transformer", ("transformer", "caca"): "CAT", ("transformer", "light_caca"): "LightCAT",
           ("meshed", "vanilla"): "M2", ("meshed", "caca"): "M2 + CACA", ("meshed", "light_caca"): "M2 + LightCACA",
+          ("m2", "vanilla"): "M2 (official)", ("m2", "caca"): "M2 (official) + CACA",
+          ("m2", "light_caca"): "M2 (official) + LightCACA",
           **{(key, cross): name + suffix for key, name in (("att2in", "Att2in"), ("updown", "Up-Down"), ("lookback", "Look-Back"))
              for cross, suffix in (("vanilla", ""), ("caca", " + CACA"), ("light_caca", " + LightCACA"))},
           ("vlp", "vanilla"): "VLP", ("aoa", "vanilla"): "AoANet", ("aoa", "caca"): "AoANet + CACA", ("aoa", "light_caca"): "AoANet + LightCACA"}

@@ -12,7 +12,7 @@ import torch
 from catcap.config import ConfigError
 from catcap.data.datasets import CaptionDataset, ImageDataset, validate_dataset
 from catcap.data.features import FeatureStore, open_feature_store
-from catcap.data.geometry import with_geometry
+from catcap.data.geometry import check_region_classes, with_geometry
 from catcap.data.karpathy import ImageRecord, load_karpathy
 from catcap.data.vocab import Vocab
 from catcap.models.builders import build_captioner
@@ -62,6 +62,7 @@ def prepare_data(cfg: ExperimentConfig, vocab: Vocab | None = None) -> RunData:
                           f"{cfg.model.feature_dim}; set model.feature_dim={store.feature_dim}")
     for split in (d.train_split, d.val_split):
         validate_dataset(splits[split], store, cfg.model.feature_dim)
+    check_region_classes(store, cfg.model)
     store = with_geometry(store, cfg.model)
     if cfg.model.region_geometry:  # boxes present: refused now, not at the first batch
         store.get(splits[d.train_split][0].key)

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from catcap.config import from_dict
 from catcap.data.collate import pad_captions, pad_regions
 from catcap.data.features import open_feature_store
-from catcap.data.geometry import with_geometry
+from catcap.data.geometry import check_region_classes, with_geometry
 from catcap.data.karpathy import load_karpathy
 from catcap.data.vocab import Vocab
 from catcap.data.vqa import AnswerVocab, Question, answer_score, load_questions, soft_scores
@@ -149,7 +149,9 @@ def train_vqa(cfg: VQAConfig, log: Callable[[str], None] = print) -> Path:
     model = VLPQuestionAnswerer(captioner.encoder, captioner.decoder, len(answers))
     log(f"[catcap] VQA from {cfg.checkpoint}{' (architecture only: new weights)' if cfg.fresh else ''}: {len(train_q)} training questions, {len(answers)} answers, "
         f"{len(vocab) - len(caption_vocab)} question words added to the vocabulary")
-    store = with_geometry(open_feature_store(features), config.model)
+    store = open_feature_store(features)
+    check_region_classes(store, config.model)
+    store = with_geometry(store, config.model)
     loader = DataLoader(QuestionSet(train_q, store, vocab, answers, cfg.max_question_len), batch_size=cfg.batch_size,
                         shuffle=True, collate_fn=collate_questions, generator=torch.Generator().manual_seed(cfg.seed))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)

@@ -1,19 +1,21 @@
-"""Cross-attention variants of the decoder, chosen by name (``model.cross_attention``).
+"""Cross attention: how a decoder reads the image, and CACA / LightCACA, chosen by name.
 
-Every variant is a residual sub-layer ``c = q + Attn(LayerNorm(q), memory)`` (SPEC.md §3
-writes CACA this way, and the vanilla one — TCA — matches it, so that shared CACA adds no
-parameters) with the same interface:
+``model.cross_attention`` names a variant in ``CROSS_ATTENTION`` (:mod:`.assist`): ``vanilla``
+(the family's plain attention, TCA), ``caca`` (CACA; options ``strategy`` chc|ihc|ohc,
+``shared``, ``normalize``, ``placement``) or ``light_caca`` (LightCACA; ``strategy``,
+``normalize``). A variant is a :class:`~catcap.models.cross.assist.ContextAssist` (None for
+``vanilla``), the one object that runs CACA's passes for every decoder; the decoder's attention
+*family* supplies the passes:
 
-- ``prepare(memory (B, N, D)) -> prepared``: keys/values projected once per image;
-- ``forward(q (R, T, D), prepared, memory_mask (B, N), query_mask (R, T), group=1) -> (c, extras)``:
-  all caption positions in parallel (teacher forcing), R = B * group captions, ``group`` per
-  image sharing its prepared memory (self-critical training scores n samples per image);
-- ``init_cache(rows) -> cache`` and ``step(q (B*G, 1, D), prepared, memory_mask, cache, group)
-  -> (c, cache, extras)``: one decoding step for B*G hypotheses, G per image.
+- :mod:`.transformer` — the Transformer and M2 decoders: a residual sub-layer over ``(R, T, D)``
+  queries and the encoder levels its mix reads (:mod:`.mix`), pre- or post-norm; ``prepare`` /
+  ``forward`` (all positions) / ``init_cache`` / ``step``;
+- :mod:`.soft` — Att2in, Up-Down, Look-Back: additive attention of one step's ``(R, D)`` query;
+- :mod:`.aoa` — AoANet: multi-head attention of one step's query, heads concatenated.
 
-``extras`` is a dict (e.g. CACA's history weights for the AWC loss); vanilla returns {}.
-Variants: ``vanilla`` (TCA), ``caca`` (CACA; options ``strategy`` chc|ihc|ohc and ``shared``),
-``light_caca`` (LightCACA; option ``strategy``) — see ``context_assisted.py``.
+Every family returns ``extras`` (the final pass's history weight and attention weights; {} for
+``vanilla``). :mod:`.history` holds the attention over ``[regions; history]`` in one softmax,
+:mod:`.memory` the decoding memories.
 """
 
-from catcap.models.cross import context_assisted, vanilla  # noqa: F401  (register "caca", "light_caca", "vanilla")
+from catcap.models.cross import assist  # noqa: F401  (registers "vanilla", "caca", "light_caca")

@@ -10,8 +10,9 @@ attention in the refiner (:mod:`catcap.models.encoders.aoa`) and in the decoder
 (:mod:`catcap.models.decoders.aoa`), whose attention step is the module family here: from the
 attention LSTM's state h, ``q = W_q LN(h)``, keys and values ``W_k A``, ``W_v A`` of the refined
 regions A projected once per image, scaled dot-product attention per head, heads concatenated
-(no output layer: AoA follows). Registered in ``HEAD_ATTENTION`` under the names of the other
-families: ``vanilla``, ``caca``, ``light_caca``.
+(no output layer: AoA follows). :class:`HeadAttention` is this family's attention; the
+``model.cross_attention`` variants (:class:`~catcap.models.cross.assist.ContextAssist`: vanilla,
+CACA, LightCACA) run in it as in every other family.
 
 CACA (``caca``). The first pass attends to the regions; head h's attended context is the
 region mixture ``c_hat^h_t = sum_i alpha^h_{t,i} A_i`` and it joins head h's historical context
@@ -32,8 +33,9 @@ normalised queries, projected by ``W_k``, ``W_v``.
 
 Attention dropout (the reference's 0.1) acts on the weights that make the step's output: the
 final pass. Entries are made from the first pass's weights without dropout. Without dropout
-(evaluation, decoding) the final pass reuses the first pass's region scores
-(:func:`~catcap.models.cross.history.attend_after_regions`, exact).
+(evaluation, decoding) a shared final pass reuses the first pass's region scores and
+LightCACA's is computed block by block (:func:`~catcap.models.cross.history.attend_after_regions`,
+exact); an unshared CACA's final pass is one softmax over the concatenation.
 Legend: B images, G hypotheses per image, R = B * G rows, N regions, D width, H heads,
 d_k = D / H, M history entries.
 """
@@ -46,12 +48,11 @@ import torch
 from torch import Tensor, nn
 
 from catcap.models.attention import KeyValue, MultiHeadAttention, attend
-from catcap.models.cross.context_assisted import STRATEGIES
-from catcap.models.cross.history import (HistoryAttention, RegionPass, _group_rows, _ungroup_rows, attend_after_regions,
-                                         attend_regions, attend_with_history)
+from catcap.models.cross.assist import ContextAssist
+from catcap.models.cross.history import (RegionPass, attend_after_regions, attend_regions, attend_with_history,
+                                         group_rows, history_extras, ungroup_rows)
 from catcap.models.cross.memory import HistoricalContextMemory
 from catcap.models.linear import Linear
-from catcap.registry import HEAD_ATTENTION
 
 #: dropout on the attention weights, as the reference AoANet (not the language model's 0.5)
 ATTENTION_DROPOUT = 0.1
@@ -87,127 +88,94 @@ def concat_heads(heads: Tensor) -> Tensor:
     return heads.reshape(heads.shape[0], -1)
 
 
-def _extras(out: HistoryAttention) -> dict:
-    """One step as one layer: a (R, H, 1), weights (R, H, 1, N) and (R, H, 1, M) (or None)."""
-    return {"history_weight": out.history_weight, "region_attention": out.region_weights,
-            "history_attention": out.history_weights}
-
-
-@HEAD_ATTENTION.register("vanilla")
 class HeadAttention(nn.Module):
-    """AoANet's decoder attention (see module doc): ``prepare(memory)`` once per image;
-    ``forward(h, prepared, memory_mask, cache, group)`` is one step of R = B * group rows ->
-    (heads concatenated (R, D), cache, extras)."""
+    """AoANet's decoder attention (see module doc), made CACA or LightCACA by ``history``
+    (:class:`~catcap.models.cross.assist.ContextAssist`, None: plain): ``prepare(memory)`` once
+    per image; ``forward(h, prepared, memory_mask, cache, group)`` is one step of R = B * group
+    rows -> (heads concatenated (R, D), cache, extras)."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = ATTENTION_DROPOUT):
+    #: the ``model.history`` options this family can vary
+    history_options = frozenset({"strategy", "shared"})
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = ATTENTION_DROPOUT,
+                 history: ContextAssist | None = None):
         super().__init__()
+        self.history = history
         self.norm = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads, dropout, output=False)
-
-    @property
-    def _p(self) -> float:
-        return self.attn.dropout if self.training else 0.0
-
-    def prepare(self, memory: Tensor) -> HeadRegions:
-        """(B, N, D) or levels (B, L, N, D) (the top level is read) -> values, keys/values."""
-        values = memory[:, -1] if memory.dim() == 4 else memory
-        return HeadRegions(values, self.attn.project_kv_levels(values))
-
-    def init_cache(self, rows: int):
-        return None
-
-    def _query(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """h (R, D) -> LN(h) (R, D) and its projection (R, H, 1, d_k)."""
-        q_ln = self.norm(h)
-        return q_ln, self.attn.project_q(q_ln[:, None])
-
-    def forward(self, h: Tensor, prepared: HeadRegions, memory_mask: Tensor, cache, group: int = 1,
-                previous: Tensor | None = None):
-        _, qh = self._query(h)
-        b = memory_mask.shape[0]
-        heads, _ = attend(_group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :], self._p)
-        return concat_heads(_ungroup_rows(heads, group)), cache, {}
-
-
-class _WithHistory(HeadAttention):
-    """What CACA and LightCACA share: the strategy, the memory and the final pass."""
-
-    def __init__(self, d_model: int, num_heads: int, dropout: float = ATTENTION_DROPOUT, strategy: str = "chc"):
-        super().__init__(d_model, num_heads, dropout)
-        if strategy not in STRATEGIES:
-            raise ValueError(f"history strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        self.strategy = strategy
-
-    def init_cache(self, rows: int) -> HistoricalContextMemory:
-        return HistoricalContextMemory()
-
-    def _visible(self, before: HistoricalContextMemory, after: HistoricalContextMemory) -> KeyValue | None:
-        """The entries the final pass reads: up to t-1 for ``ihc``, up to t otherwise."""
-        return before.keys if self.strategy == "ihc" else after.keys
-
-    def _final(self, qh: Tensor, regions: KeyValue, memory_mask: Tensor, first: RegionPass | None,
-               history: KeyValue | None, group: int):
-        """One softmax over [regions; history] (history alone for OHC) -> (heads (R, D), extras).
-        ``first``: the first pass over the same keys with the same query, reused when there is
-        no dropout."""
-        ohc = self.strategy == "ohc"
-        if self._p == 0.0 and first is not None:
-            out = attend_after_regions(qh, first, history, None, regions_in_final=not ohc)
-        else:
-            out = attend_with_history(qh, None if ohc else regions, memory_mask, history, None, group, self._p)
-        return concat_heads(out.heads), _extras(out)
-
-
-@HEAD_ATTENTION.register("caca")
-class ContextAssistedHeadAttention(_WithHistory):
-    """CACA in AoANet's decoder: per head, the first pass's region mixture joins the head's memory
-    and the final pass attends to [regions; mixtures 1..t] (see module doc)."""
-
-    def __init__(self, d_model: int, num_heads: int, dropout: float = ATTENTION_DROPOUT, strategy: str = "chc",
-                 shared: bool = True):
-        super().__init__(d_model, num_heads, dropout, strategy)
-        self.shared = shared
-        if not shared:
+        if history is not None and history.separate_final:
             self.final_norm = nn.LayerNorm(d_model)
             self.final_attn = MultiHeadAttention(d_model, num_heads, dropout, output=False)
 
+    @property
+    def attention_dropout(self) -> float:
+        return self.attn.dropout if self.training else 0.0
+
     def prepare(self, memory: Tensor) -> HeadRegions:
-        regions = super().prepare(memory)
-        if not self.shared:
-            regions.final = self.final_attn.project_kv_levels(regions.values)
+        """(B, N, D) or levels (B, L, N, D) (the top level is read) -> values, keys/values (and
+        the final pass's own)."""
+        values = memory[:, -1] if memory.dim() == 4 else memory
+        regions = HeadRegions(values, self.attn.project_kv_levels(values))
+        if self.history is not None and self.history.separate_final:
+            regions.final = self.final_attn.project_kv_levels(values)
         return regions
 
-    def forward(self, h: Tensor, prepared: HeadRegions, memory_mask: Tensor, cache: HistoricalContextMemory,
-                group: int = 1, previous: Tensor | None = None):
-        """h (R, D) -> heads of the final pass (R, D), the memory with c_hat_t appended, extras."""
-        _, qh = self._query(h)
-        first = attend_regions(qh, prepared.first, memory_mask, group)  # weights (R, H, 1, N), no dropout
-        final = prepared.first if self.shared else prepared.final
-        after = cache.appended(self._entry(first, final, group))
-        if not self.shared:
-            qh = self.final_attn.project_q(self.final_norm(h)[:, None])
-            first = None
-        heads, extras = self._final(qh, final, memory_mask, first, self._visible(cache, after), group)
-        return heads, after, extras
+    def init_cache(self, rows: int):
+        return None if self.history is None else HistoricalContextMemory()
 
-    def _entry(self, first: RegionPass, regions: KeyValue, group: int) -> KeyValue:
+    def forward(self, h: Tensor, prepared: HeadRegions, memory_mask: Tensor, cache, group: int = 1,
+                previous: Tensor | None = None):
+        """h (R, D) -> the heads concatenated (R, D), the cache (with this step's entry), extras."""
+        if self.history is not None:
+            return self.history.step(self, h, prepared, memory_mask, cache, group)
+        _, qh = self.query(h)
+        b = memory_mask.shape[0]
+        heads, _ = attend(group_rows(qh, b, group), prepared.first.k, prepared.first.v, memory_mask[:, None, :],
+                          self.attention_dropout)
+        return concat_heads(ungroup_rows(heads, group)), cache, {}
+
+    def _final_regions(self, prepared: HeadRegions, assist: ContextAssist) -> KeyValue:
+        return prepared.final if assist.separate_final else prepared.first
+
+    # --- the passes ContextAssist runs (catcap.models.cross.assist) ---
+
+    def query(self, h: Tensor, final: bool = False) -> tuple[Tensor, Tensor]:
+        """h (R, D) -> LN(h) (R, D) and its projection (R, H, 1, d_k), with the first pass's
+        LayerNorm and W_q or the final pass's own."""
+        norm, attn = (self.final_norm, self.final_attn) if final and self.history.separate_final else (self.norm, self.attn)
+        q_ln = norm(h)
+        return q_ln, attn.project_q(q_ln[:, None])
+
+    def first_pass(self, query, prepared: HeadRegions, memory_mask: Tensor, group: int, keep: bool) -> RegionPass:
+        """The first pass over the regions, without dropout (its weights make the entries)."""
+        return attend_regions(query[1], prepared.first, memory_mask, group)
+
+    def context_entry(self, h: Tensor, query, first: RegionPass, prepared: HeadRegions, group: int,
+                      assist: ContextAssist) -> KeyValue:
         """Each head's mixture ``sum_i alpha^h_i A_i`` under the reading pass's projections:
         keys ``alpha^h K^h`` and values ``alpha^h V^h`` (R, H, 1, d_k); with shared weights the
         value is the first pass's head output."""
-        alpha = _group_rows(first.weights, regions.k.shape[0], group)  # (B, H, G, N)
-        value = first.heads if self.shared else _ungroup_rows(alpha @ regions.v, group)
-        return KeyValue(_ungroup_rows(alpha @ regions.k, group), value)
+        regions = self._final_regions(prepared, assist)
+        alpha = group_rows(first.weights, regions.k.shape[0], group)  # (B, H, G, N)
+        value = ungroup_rows(alpha @ regions.v, group) if assist.separate_final else first.heads
+        return KeyValue(ungroup_rows(alpha @ regions.k, group), value)
 
+    def query_entry(self, h: Tensor, query, assist: ContextAssist) -> KeyValue:
+        """LightCACA's entry: the normalised query LN(h_t), projected by W_k, W_v (R, H, 1, d_k)."""
+        return self.attn.project_kv_levels(query[0][:, None])
 
-@HEAD_ATTENTION.register("light_caca")
-class LightContextAssistedHeadAttention(_WithHistory):
-    """LightCACA in AoANet's decoder: one pass over [regions; LN(h_1)..LN(h_t)]."""
+    def region_pass(self, query, prepared: HeadRegions, memory_mask: Tensor, group: int,
+                    assist: ContextAssist) -> RegionPass | None:
+        """A region pass for the final pass of LightCACA; an unshared CACA's final pass attends
+        over the concatenation instead (None)."""
+        return None if assist.separate_final else attend_regions(query[1], prepared.first, memory_mask, group)
 
-    def forward(self, h: Tensor, prepared: HeadRegions, memory_mask: Tensor, cache: HistoricalContextMemory,
-                group: int = 1, previous: Tensor | None = None):
-        """h (R, D) -> heads (R, D), the memory with LN(h_t) appended, extras."""
-        q_ln, qh = self._query(h)
-        after = cache.appended(self.attn.project_kv_levels(q_ln[:, None]))  # (R, H, 1, d_k)
-        first = None if self._p or self.strategy == "ohc" else attend_regions(qh, prepared.first, memory_mask, group)
-        heads, extras = self._final(qh, prepared.first, memory_mask, first, self._visible(cache, after), group)
-        return heads, after, extras
+    def final_pass(self, h: Tensor, query, regions: RegionPass | None, prepared: HeadRegions, memory_mask: Tensor,
+                   history: KeyValue | None, mask, group: int, assist: ContextAssist):
+        """One softmax over [regions; history] (history alone for OHC) -> (heads (R, D), extras)."""
+        if regions is not None:
+            out = attend_after_regions(query[1], regions, history, None, regions_in_final=assist.regions_in_final)
+        else:
+            out = attend_with_history(query[1], self._final_regions(prepared, assist) if assist.regions_in_final else None,
+                                      memory_mask, history, None, group, self.attention_dropout)
+        return concat_heads(out.heads), history_extras(out)

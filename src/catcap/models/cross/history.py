@@ -42,16 +42,23 @@ class HistoryAttention:
     history_weight: Tensor
 
 
-def _group_rows(x: Tensor, b: int, g: int) -> Tensor:
+def group_rows(x: Tensor, b: int, g: int) -> Tensor:
     """(R, H, T, k) -> (B, H, G*T, k): an image's hypotheses side by side as queries."""
     _, h, t, k = x.shape
     return x.view(b, g, h, t, k).transpose(1, 2).reshape(b, h, g * t, k)
 
 
-def _ungroup_rows(x: Tensor, g: int) -> Tensor:
-    """(B, H, G*T, k) -> (R, H, T, k), the inverse of :func:`_group_rows`."""
+def ungroup_rows(x: Tensor, g: int) -> Tensor:
+    """(B, H, G*T, k) -> (R, H, T, k), the inverse of :func:`group_rows`."""
     b, h, gt, k = x.shape
     return x.view(b, h, g, gt // g, k).transpose(1, 2).reshape(b * g, h, gt // g, k)
+
+
+def history_extras(out: HistoryAttention) -> dict:
+    """A multi-head pass's extras: ``history_weight`` a, ``region_attention`` and
+    ``history_attention`` (the final pass's weights on each block, None where it is absent)."""
+    return {"history_weight": out.history_weight, "region_attention": out.region_weights,
+            "history_attention": out.history_weights}
 
 
 def _by_level(x: Tensor, heads: int) -> Tensor:
@@ -89,8 +96,8 @@ def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor
     blocks = []
     if regions is not None:
         b = regions.k.shape[0]
-        s = (_group_rows(q, b, group) @ regions.k.transpose(-2, -1)).mul_(scale)  # (B, H, G*T, N)
-        blocks.append(_ungroup_rows(s.masked_fill_(~region_mask[:, None, None, :], float("-inf")), group))
+        s = (group_rows(q, b, group) @ regions.k.transpose(-2, -1)).mul_(scale)  # (B, H, G*T, N)
+        blocks.append(ungroup_rows(s.masked_fill_(~region_mask[:, None, None, :], float("-inf")), group))
     if history is not None:
         s = _history_scores(q, history)  # (R, H', T, M)
         s = s if history_mask is None else s.masked_fill_(~history_mask, float("-inf"))
@@ -104,7 +111,7 @@ def attend_with_history(q: Tensor, regions: KeyValue | None, region_mask: Tensor
     n = regions.k.shape[2] if regions is not None else 0
     parts = []
     if regions is not None:
-        parts.append(_ungroup_rows(_group_rows(dropped[..., :n], b, group) @ regions.v, group))
+        parts.append(ungroup_rows(group_rows(dropped[..., :n], b, group) @ regions.v, group))
     if history is not None:
         parts.append(_history_values(dropped[..., n:], history))
     heads = parts[0] if len(parts) == 1 else parts[0] + parts[1]
@@ -127,11 +134,11 @@ def attend_regions(q: Tensor, regions: KeyValue, region_mask: Tensor, group: int
     """First pass: softmax(q K_X^T / sqrt(d_k)) V_X, keeping what :func:`attend_after_regions`
     needs. q (R, H, T, d_k); regions of B images with region_mask (B, N)."""
     b, scale = regions.k.shape[0], 1.0 / math.sqrt(q.shape[-1])
-    s = (_group_rows(q, b, group) @ regions.k.transpose(-2, -1)).mul_(scale)
+    s = (group_rows(q, b, group) @ regions.k.transpose(-2, -1)).mul_(scale)
     s = s.masked_fill_(~region_mask[:, None, None, :], float("-inf"))  # (B, H, G*T, N)
     log_norm = torch.logsumexp(s, dim=-1, keepdim=True)
     alpha = (s - log_norm).exp_()
-    return RegionPass(_ungroup_rows(alpha @ regions.v, group), _ungroup_rows(alpha, group), _ungroup_rows(log_norm, group))
+    return RegionPass(ungroup_rows(alpha @ regions.v, group), ungroup_rows(alpha, group), ungroup_rows(log_norm, group))
 
 
 def attend_after_regions(q: Tensor, first: RegionPass, history: KeyValue | None, history_mask: Tensor | None,

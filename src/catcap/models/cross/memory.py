@@ -81,6 +81,11 @@ class HistoricalContextMemory(KeyValueMemory):
 
     __slots__ = ()
 
+    @property
+    def entries(self) -> KeyValue | None:
+        """What attention reads: the entries' keys/values (None before the first step)."""
+        return self.keys
+
 
 class _TimeMajor:
     """Keys and values of a decoding memory, time-major: (capacity, R, H', d_k) each, entries

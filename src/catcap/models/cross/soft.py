@@ -10,6 +10,8 @@ embedded regions v_1..v_N of its image:
 
 Single-head additive attention counts as one head (AWC: N_layers = H = 1, SPEC.md §3).
 
+:class:`SoftAttention` is this family's attention; the ``model.cross_attention`` variants
+(:class:`~catcap.models.cross.assist.ContextAssist`) run in it as in every other family.
 CACA (``caca``): the first pass is the attention above; its context ``c_hat_t`` is appended to
 the historical context memory ``HCM_t = [c_hat_1; ..; c_hat_t]`` and the final pass scores the
 same query against ``[regions; HCM_t]`` with the same function (shared weights, no new
@@ -40,10 +42,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from catcap.models.cross.context_assisted import STRATEGIES
+from catcap.models.cross.assist import ContextAssist
 from catcap.models.linear import Linear
-from catcap.registry import SOFT_ATTENTION
-
 
 
 @dataclass
@@ -64,11 +64,16 @@ class SoftHistory:
     values: Tensor | None = None
     keys: Tensor | None = None
 
-    def appended(self, value: Tensor, key: Tensor) -> "SoftHistory":
-        """One more entry per row: value (R, D), key (R, A)."""
+    def appended(self, entry: "SoftHistory") -> "SoftHistory":
+        """One more entry per row: ``entry`` holds values (R, 1, D) and keys (R, 1, A)."""
         if self.values is None:
-            return SoftHistory(value[:, None], key[:, None])
-        return SoftHistory(torch.cat([self.values, value[:, None]], 1), torch.cat([self.keys, key[:, None]], 1))
+            return entry
+        return SoftHistory(torch.cat([self.values, entry.values], 1), torch.cat([self.keys, entry.keys], 1))
+
+    @property
+    def entries(self) -> "SoftHistory | None":
+        """What attention reads: the memory itself, None while it is empty."""
+        return None if self.values is None else self
 
     def index_select(self, index: Tensor) -> "SoftHistory":
         """Rows ``index`` (beam reordering)."""
@@ -118,6 +123,16 @@ def read_regions(weights: Tensor, values: Tensor) -> Tensor:
     return (weights.view(b, -1, n) @ values).view(-1, d)
 
 
+@dataclass
+class SoftPass:
+    """One pass of a query over its image's regions: scores e (R, N), their softmax (R, N) and
+    the read context sum_i alpha_i v_i (R, D)."""
+
+    scores: Tensor
+    weights: Tensor
+    read: Tensor
+
+
 def _extras(history_weight: Tensor, region_weights: Tensor | None, history_weights: Tensor | None) -> dict:
     """Per-step extras shaped as one layer of one head: a (R, 1, 1), (R, 1, 1, N), (R, 1, 1, M)."""
     lift = (lambda x: None if x is None else x[:, None, None])
@@ -125,114 +140,93 @@ def _extras(history_weight: Tensor, region_weights: Tensor | None, history_weigh
             "history_attention": lift(history_weights)}
 
 
-@SOFT_ATTENTION.register("vanilla")
 class SoftAttention(nn.Module):
-    """Soft attention over the regions (the anchors' attention; see module doc).
+    """Soft attention over the regions (the anchors' attention; see module doc), made CACA or
+    LightCACA by ``history`` (:class:`~catcap.models.cross.assist.ContextAssist`, None: plain).
 
     ``prepare(memory)`` once per image; ``forward(h, prepared, memory_mask, cache, group,
     previous)`` is one step for R = B * group rows -> (context (R, D), cache, extras)."""
 
-    def __init__(self, d_model: int, att_hidden: int, look_back: bool = False):
+    #: the ``model.history`` options this family can vary
+    history_options = frozenset({"strategy", "shared"})
+    attention_dropout = 0.0  # no dropout on the attention weights (the anchors have none)
+
+    def __init__(self, d_model: int, att_hidden: int, look_back: bool = False, history: ContextAssist | None = None):
         super().__init__()
+        self.history = history
         self.score = AdditiveScore(d_model, att_hidden, look_back)
+        if history is not None and history.separate_final:
+            self.final_score = AdditiveScore(d_model, att_hidden, look_back)
+
+    def _score(self, final: bool) -> AdditiveScore:
+        return self.final_score if final and self.history.separate_final else self.score
 
     def prepare(self, memory: Tensor) -> SoftRegions:
-        """(B, N, D) or levels (B, L, N, D) (the top level is read) -> values and keys."""
+        """(B, N, D) or levels (B, L, N, D) (the top level is read) -> values and keys (and the
+        final pass's own keys)."""
         values = memory[:, -1] if memory.dim() == 4 else memory
-        return SoftRegions(values, self.score.key(values))
+        regions = SoftRegions(values, self.score.key(values))
+        if self.history is not None and self.history.separate_final:
+            regions.final_keys = self.final_score.key(values)
+        return regions
 
-    def init_cache(self, rows: int):
-        return None
+    def init_cache(self, rows: int) -> SoftHistory | None:
+        return None if self.history is None else SoftHistory()
 
     def forward(self, h: Tensor, prepared: SoftRegions, memory_mask: Tensor, cache, group: int = 1,
                 previous: Tensor | None = None):
-        """h (R, D) -> c_hat (R, D), cache (unchanged), extras ({})."""
+        """h (R, D) -> the context (R, D), the cache (with this step's entry), extras ({} without
+        a history)."""
+        if self.history is not None:
+            return self.history.step(self, (h, previous), prepared, memory_mask, cache, group)
         e = self.score.regions(self.score.project_query(h, previous), prepared.keys, memory_mask)
         return read_regions(e.softmax(-1), prepared.values), cache, {}
 
+    # --- the passes ContextAssist runs (catcap.models.cross.assist); q = (h, previous) ---
 
-class _WithHistory(SoftAttention):
-    """What CACA and LightCACA share: the strategy, the cache and the final pass."""
+    def query(self, q: tuple[Tensor, Tensor | None], final: bool = False) -> Tensor:
+        """The projected query W_h h [+ W_c c_prev] (R, A) of the first or the final pass."""
+        return self._score(final).project_query(*q)
 
-    def __init__(self, d_model: int, att_hidden: int, look_back: bool = False, strategy: str = "chc"):
-        super().__init__(d_model, att_hidden, look_back)
-        if strategy not in STRATEGIES:
-            raise ValueError(f"history strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        self.strategy = strategy
+    def _pass(self, query: Tensor, prepared: SoftRegions, memory_mask: Tensor, final: bool) -> SoftPass:
+        """The query over the regions with the first pass's weights, or the final pass's own."""
+        separate = final and self.history.separate_final
+        score, keys = (self.final_score, prepared.final_keys) if separate else (self.score, prepared.keys)
+        e = score.regions(query, keys, memory_mask)
+        alpha = e.softmax(-1)
+        return SoftPass(e, alpha, read_regions(alpha, prepared.values))
 
-    def init_cache(self, rows: int) -> SoftHistory:
-        return SoftHistory()
+    def first_pass(self, query: Tensor, prepared: SoftRegions, memory_mask: Tensor, group: int, keep: bool) -> SoftPass:
+        return self._pass(query, prepared, memory_mask, final=False)
 
-    def _visible(self, before: SoftHistory, after: SoftHistory) -> SoftHistory:
-        """Entries the final pass reads: up to t-1 for ``ihc``, up to t otherwise."""
-        return before if self.strategy == "ihc" else after
+    def context_entry(self, q, query: Tensor, first: SoftPass, prepared: SoftRegions, group: int,
+                      assist: ContextAssist) -> SoftHistory:
+        """CACA's entry: the context c_hat and its key under the final pass's weights, read from
+        the region keys (W_v c_hat + b = sum_i alpha_i (W_v v_i + b), as the weights sum to 1)."""
+        key = read_regions(first.weights, prepared.final_keys if assist.separate_final else prepared.keys)
+        return SoftHistory(first.read[:, None], key[:, None])
 
-    def _final(self, q: Tensor, score: AdditiveScore, e_x: Tensor, read_x: Tensor, history: SoftHistory):
-        """One softmax over [regions; history] from the region scores e_x (R, N) and their read
-        (R, D) -> (c (R, D), extras). Without entries (IHC's first step) it is the region read."""
-        alpha_x = e_x.softmax(-1)
-        if history.values is None:
-            return read_x, _extras(read_x.new_zeros(read_x.shape[0]), alpha_x, None)
-        e_h = score.entries(q, history.keys)  # (R, M)
+    def query_entry(self, q, query: Tensor, assist: ContextAssist) -> SoftHistory:
+        """LightCACA's entry: the query state h and its key."""
+        h = q[0]
+        key = self.score.key(h)
+        return SoftHistory(h[:, None], key[:, None])
+
+    def region_pass(self, query: Tensor, prepared: SoftRegions, memory_mask: Tensor, group: int,
+                    assist: ContextAssist) -> SoftPass:
+        return self._pass(query, prepared, memory_mask, final=True)
+
+    def final_pass(self, q, query: Tensor, regions: SoftPass | None, prepared: SoftRegions, memory_mask: Tensor,
+                   history: SoftHistory | None, mask, group: int, assist: ContextAssist):
+        """One softmax over [regions; history] from the region pass -> (c (R, D), extras); OHC
+        reads the history alone, IHC's first step (no entries) the regions alone."""
+        if history is None:
+            return regions.read, _extras(regions.read.new_zeros(regions.read.shape[0]), regions.weights, None)
+        e_h = self._score(final=True).entries(query, history.keys)  # (R, M)
         alpha_h = e_h.softmax(-1)
         read_h = (alpha_h[:, None] @ history.values)[:, 0]  # (R, D)
-        if self.strategy == "ohc":
+        if not assist.regions_in_final:
             return read_h, _extras(torch.ones_like(read_h[:, 0]), None, alpha_h)
-        a = torch.sigmoid(torch.logsumexp(e_h, -1) - torch.logsumexp(e_x, -1))  # (R,)
-        c = torch.lerp(read_x, read_h, a[:, None].to(read_x.dtype))  # one dtype under autocast
-        return c, _extras(a, alpha_x * (1 - a[:, None]), alpha_h * a[:, None])
-
-
-@SOFT_ATTENTION.register("caca")
-class ContextAssistedSoftAttention(_WithHistory):
-    """CACA with soft attention: first pass over the regions, final pass over [regions; c_hat_1..t]."""
-
-    def __init__(self, d_model: int, att_hidden: int, look_back: bool = False, strategy: str = "chc",
-                 shared: bool = True):
-        super().__init__(d_model, att_hidden, look_back, strategy)
-        self.shared = shared
-        if not shared:
-            self.final_score = AdditiveScore(d_model, att_hidden, look_back)
-
-    def _final_score(self) -> AdditiveScore:
-        return self.score if self.shared else self.final_score
-
-    def prepare(self, memory: Tensor) -> SoftRegions:
-        regions = super().prepare(memory)
-        if not self.shared:
-            regions.final_keys = self.final_score.key(regions.values)
-        return regions
-
-    def forward(self, h: Tensor, prepared: SoftRegions, memory_mask: Tensor, cache: SoftHistory, group: int = 1,
-                previous: Tensor | None = None):
-        """h (R, D) -> c_t (R, D), the memory with c_hat_t appended, extras."""
-        q = self.score.project_query(h, previous)
-        e_x = self.score.regions(q, prepared.keys, memory_mask)
-        alpha = e_x.softmax(-1)
-        c_hat = read_regions(alpha, prepared.values)  # first pass
-        score = self._final_score()
-        # the entry's key W_v c_hat + b = sum_i alpha_i (W_v v_i + b), as the weights sum to 1:
-        # read from the region keys (N x A products per row) instead of projected (D x A)
-        keys = prepared.keys if self.shared else prepared.final_keys
-        after = cache.appended(c_hat, read_regions(alpha, keys))
-        if not self.shared:  # the final pass scores the regions with its own weights
-            q = score.project_query(h, previous)
-            e_x = score.regions(q, prepared.final_keys, memory_mask)
-            c_hat = read_regions(e_x.softmax(-1), prepared.values)
-        c, extras = self._final(q, score, e_x, c_hat, self._visible(cache, after))
-        return c, after, extras
-
-
-@SOFT_ATTENTION.register("light_caca")
-class LightContextAssistedSoftAttention(_WithHistory):
-    """LightCACA with soft attention: one pass over [regions; h_1..h_t]."""
-
-    def forward(self, h: Tensor, prepared: SoftRegions, memory_mask: Tensor, cache: SoftHistory, group: int = 1,
-                previous: Tensor | None = None):
-        """h (R, D) -> c_t (R, D), the memory with h_t appended, extras."""
-        q = self.score.project_query(h, previous)
-        e_x = self.score.regions(q, prepared.keys, memory_mask)
-        after = cache.appended(h, self.score.key(h))
-        read_x = read_regions(e_x.softmax(-1), prepared.values)
-        c, extras = self._final(q, self.score, e_x, read_x, self._visible(cache, after))
-        return c, after, extras
+        a = torch.sigmoid(torch.logsumexp(e_h, -1) - torch.logsumexp(regions.scores, -1))  # (R,)
+        c = torch.lerp(regions.read, read_h, a[:, None].to(regions.read.dtype))  # one dtype under autocast
+        return c, _extras(a, regions.weights * (1 - a[:, None]), alpha_h * a[:, None])

@@ -8,8 +8,8 @@
     p_t      = softmax(W_p Dropout(c_t))
 
 A is the refiner's output (:mod:`catcap.models.encoders.aoa`), mean(A) its mean over the
-real regions. The attention is ``model.cross_attention`` from the ``HEAD_ATTENTION`` family
-(:mod:`catcap.models.cross.aoa`: vanilla, CACA, LightCACA), so AoANet + CACA keeps per-head
+real regions. The attention is :class:`~catcap.models.cross.aoa.HeadAttention` running the
+``model.cross_attention`` variant (vanilla, CACA, LightCACA), so AoANet + CACA keeps per-head
 histories of attended contexts and AWC has one layer of H heads. The LSTM's input weight on
 ``mean(A) + c_{t-1}`` is applied to mean(A) once per image (the per-image gate input) and to
 c_{t-1} per row, which is the same sum. h, m, c_{t-1} and the history are the decoder state's
@@ -33,7 +33,8 @@ from catcap.registry import DECODERS
 class AoADecoder(RecurrentDecoder):
     """AoANet's LSTM decoder with multi-head attention and attention on attention."""
 
-    multi_head = True  # its attention is multi-head (HEAD_ATTENTION), H history weights per step
+    multi_head = True  # its attention is multi-head (HeadAttention), H history weights per step
+    rnn_options = frozenset({"word_dim"})  # no additive attention: no att_hidden
 
     def _build(self, d_model: int, word_dim: int) -> None:
         self.word_dim = word_dim

@@ -6,10 +6,15 @@ soft attention over the regions (:mod:`catcap.models.cross.soft`: vanilla, CACA 
 by ``model.cross_attention``) and predicts ``p_t = softmax(W_p Dropout(h_t))``:
 
 - **Att2in** (Rennie et al. 2017): attention with the previous hidden state as query; the
-  context enters the LSTM's cell input only, ``g = tanh(W_gx x_t + W_gh h_{t-1} + W_gc c_t)``
-  (the anchors' max-out on that input is left out).
-- **Up-Down** (Anderson et al. 2018): an attention LSTM over ``[h_lang_{t-1}; mean(V); x_t]``
-  whose hidden state queries the regions, and a language LSTM over ``[c_t; h_att_t]``.
+  context enters the LSTM's cell input only, ``g = tanh(W_gx x_t + W_gh h_{t-1} + W_gc c_t)``,
+  or with ``maxout`` (``model.rnn.maxout``, the paper's and self-critical.pytorch's Att2in2) a
+  two-piece max-out of the same sum in place of the tanh.
+- **Up-Down** (Anderson et al. 2018): an attention LSTM over ``[h_lang_{t-1}; v_bar; x_t]``
+  whose hidden state queries the regions, and a language LSTM over ``[c_t; h_att_t]``. The
+  image vector v_bar is the mean of the embedded regions, or with ``pooled_embedding``
+  (``model.rnn.pooled_embedding``, as the anchors) the mean region feature embedded by its own
+  layer, ``Dropout(ReLU(W_f mean_i R_i + b_f))``: the encoder then gives ``W_f R_i + b_f`` per
+  region as a level below the embedded regions (:class:`~catcap.models.encoders.embed.RegionEmbedding`).
 - **Look-Back** (Qin et al. 2019): Up-Down whose attention query also carries the previous
   step's context, ``W_h h_att_t + W_c c_{t-1}``.
 
@@ -44,12 +49,16 @@ from catcap.registry import DECODERS
 class LSTMCell(nn.Module):
     """``h, c = LSTM(x, h, c)``, gates i, f, g, o from ``W_x x + W_h h + b``, plus optional
     per-image gate inputs (B, 4H) shared by an image's G rows, and an optional extra cell input
-    (R, H) added to g's pre-activation (Att2in). Initialised as ``nn.LSTMCell``: U(+-1/sqrt(H))."""
+    added to g's pre-activation (Att2in). ``maxout``: g has two pieces, (R, 2H), and the cell
+    takes their element-wise maximum instead of tanh(g) (Att2in2). Initialised as
+    ``nn.LSTMCell``: U(+-1/sqrt(H))."""
 
-    def __init__(self, input_size: int, hidden: int):
+    def __init__(self, input_size: int, hidden: int, maxout: bool = False):
         super().__init__()
-        self.input = Linear(input_size, 4 * hidden)
-        self.hidden = Linear(hidden, 4 * hidden, bias=False)
+        self.widths = [hidden, hidden, 2 * hidden if maxout else hidden, hidden]  # i, f, g, o
+        self.input = Linear(input_size, sum(self.widths))
+        self.hidden = Linear(hidden, sum(self.widths), bias=False)
+        self.maxout = maxout
         bound = 1 / math.sqrt(hidden)
         for p in self.parameters():
             nn.init.uniform_(p, -bound, bound)
@@ -60,10 +69,11 @@ class LSTMCell(nn.Module):
         gates = self.input(x) + self.hidden(h)
         if per_image is not None:
             gates = (gates.view(per_image.shape[0], -1, gates.shape[1]) + per_image[:, None]).view(gates.shape)
-        i, f, g, o = gates.chunk(4, 1)
+        i, f, g, o = gates.split(self.widths, 1) if self.maxout else gates.chunk(4, 1)
         if cell_input is not None:
             g = g + cell_input
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        g = torch.maximum(*g.chunk(2, 1)) if self.maxout else torch.tanh(g)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * g
         return torch.sigmoid(o) * torch.tanh(c), c
 
 
@@ -109,22 +119,29 @@ class RecurrentDecoder(nn.Module):
     multi_head = False  # soft (additive, one-head) attention; AoANet's decoder attends with H heads
     look_back = False
 
+    #: the ``model.rnn`` options this decoder reads
+    rnn_options = frozenset({"word_dim", "att_hidden"})
+
     def __init__(self, vocab_size: int, d_model: int, word_dim: int, dropout: float,
-                 make_attention: Callable[[bool], nn.Module], pad_id: int = 0):
+                 make_attention: Callable[[bool], nn.Module], pad_id: int = 0, **core_options):
         super().__init__()
         self.d_model = d_model
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=pad_id)
         self.embed_dropout = nn.Dropout(dropout)
         self.attention = make_attention(self.look_back)
-        self._build(d_model, word_dim)
+        self._build(d_model, word_dim, **core_options)
         self.dropout = nn.Dropout(dropout)
         self.output = Linear(d_model, vocab_size)
 
     def _build(self, d_model: int, word_dim: int) -> None:
         raise NotImplementedError
 
+    def _image_vector(self, memory: Tensor, values: Tensor, memory_mask: Tensor) -> Tensor:
+        """The image vector of each image (B, D): the mean of its embedded regions ``values``."""
+        return masked_mean(values, memory_mask)
+
     def _per_image(self, mean: Tensor) -> Tensor | None:
-        """Per-image gate inputs from the mean region (B, D), or None."""
+        """Per-image gate inputs from the image vector (B, D), or None."""
         return None
 
     def _words(self, tokens: Tensor) -> Tensor:
@@ -133,7 +150,7 @@ class RecurrentDecoder(nn.Module):
     def prepare(self, memory: Tensor, memory_mask: Tensor) -> RecurrentMemory:
         """Encoder output (B, N, D) or levels (B, L, N, D) (top level read) -> per-image memory."""
         regions = self.attention.prepare(memory)
-        return RecurrentMemory(regions, self._per_image(masked_mean(regions.values, memory_mask)))
+        return RecurrentMemory(regions, self._per_image(self._image_vector(memory, regions.values, memory_mask)))
 
     def init_state(self, memory: Tensor, memory_mask: Tensor, group: int = 1) -> DecoderState:
         """Zero LSTM states and an empty history for ``group`` hypotheses per image."""
@@ -169,11 +186,14 @@ class RecurrentDecoder(nn.Module):
 
 @DECODERS.register("att2in")
 class Att2inDecoder(RecurrentDecoder):
-    """Att2in: one LSTM; the context of the previous hidden state's attention enters its cell input."""
+    """Att2in: one LSTM; the context of the previous hidden state's attention enters its cell
+    input (through a tanh, or a two-piece max-out with ``maxout``)."""
 
-    def _build(self, d_model: int, word_dim: int) -> None:
-        self.lstm = LSTMCell(word_dim, d_model)
-        self.context = Linear(d_model, d_model, bias=False)
+    rnn_options = RecurrentDecoder.rnn_options | {"maxout"}
+
+    def _build(self, d_model: int, word_dim: int, maxout: bool = False) -> None:
+        self.lstm = LSTMCell(word_dim, d_model, maxout)
+        self.context = Linear(d_model, (2 if maxout else 1) * d_model, bias=False)
 
     def _zero_caches(self, zeros: Tensor) -> dict:
         return {"h": zeros, "c": zeros}
@@ -186,14 +206,28 @@ class Att2inDecoder(RecurrentDecoder):
 
 @DECODERS.register("updown")
 class UpDownDecoder(RecurrentDecoder):
-    """Up-Down (BUTD): attention LSTM over [h_lang; mean(V); x], soft attention, language LSTM
-    over [context; h_att]."""
+    """Up-Down (BUTD): attention LSTM over [h_lang; v_bar; x], soft attention, language LSTM
+    over [context; h_att]; v_bar the mean embedded region, or with ``pooled_embedding`` the
+    pooled feature's own embedding (module doc)."""
 
-    def _build(self, d_model: int, word_dim: int) -> None:
-        self.att_lstm = LSTMCell(d_model + word_dim, d_model)  # [h_lang_{t-1}; x_t]; mean(V) per image
+    rnn_options = RecurrentDecoder.rnn_options | {"pooled_embedding"}
+
+    def _build(self, d_model: int, word_dim: int, pooled_embedding: bool = False) -> None:
+        self.pooled_embedding = pooled_embedding
+        self.att_lstm = LSTMCell(d_model + word_dim, d_model)  # [h_lang_{t-1}; x_t]; v_bar per image
         self.mean_gates = Linear(d_model, 4 * d_model, bias=False)
         nn.init.uniform_(self.mean_gates.weight, -1 / math.sqrt(d_model), 1 / math.sqrt(d_model))
         self.lang_lstm = LSTMCell(2 * d_model, d_model)
+
+    def _image_vector(self, memory: Tensor, values: Tensor, memory_mask: Tensor) -> Tensor:
+        """``Dropout(ReLU(mean_i (W_f R_i + b_f)))`` from the encoder's level 0 with
+        ``pooled_embedding``, else the mean embedded region."""
+        if not self.pooled_embedding:
+            return super()._image_vector(memory, values, memory_mask)
+        if memory.dim() != 4 or memory.shape[1] != 2:
+            raise ValueError(f"Up-Down with model.rnn.pooled_embedding reads the pooled embedding as level 0 of a "
+                             f"(B, 2, N, D) memory (model.encoder=embed), got shape {tuple(memory.shape)}")
+        return self.dropout(torch.relu(masked_mean(memory[:, 0], memory_mask)))
 
     def _per_image(self, mean: Tensor) -> Tensor:
         return self.mean_gates(mean)

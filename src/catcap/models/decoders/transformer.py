@@ -13,7 +13,13 @@ meshed decoder (M2, :class:`MeshedDecoder`) reads every level the encoder keeps,
 then a final LayerNorm and ``p_t = softmax(W_p y_t + b_p)``. Word embeddings are initialised
 N(0, 1/D) and scaled by sqrt(D) (Vaswani et al.; entries of unit variance, the scale of the
 sinusoidal positions added to them — PyTorch's default N(0, 1) init would make every
-embedding sqrt(D) times larger than its position signal). Legend: B images, G hypotheses per image, T tokens.
+embedding sqrt(D) times larger than its position signal).
+
+:class:`M2Decoder` is the official M2 decoder (aimagelab/meshed-memory-transformer): post-norm
+layers ``h = LN(x + Dropout(SelfAttn(x)))``, ``c = Mix(h, [LN(h + Dropout(MHA(h, X_i)))]_i)``,
+``y = LN(c + Dropout(FFN(c)))``, no final LayerNorm, unscaled word embeddings plus a frozen
+position table from position 1, an output layer without bias, and the official initialisation.
+Legend: B images, G hypotheses per image, T tokens.
 """
 
 from __future__ import annotations
@@ -28,36 +34,51 @@ from catcap.models.attention import MultiHeadAttention, causal_mask
 from catcap.models.cross.memory import KeyValueMemory
 from catcap.models.cross.mix import MeshedGates, TopLevel
 from catcap.models.decoders.state import DecoderState
-from catcap.models.layers import FeedForward, SinusoidalPositions
+from catcap.models.encoders.transformer import m2_initialise
+from catcap.models.layers import FeedForward, FrozenPositions, SinusoidalPositions
 from catcap.models.linear import Linear
 from catcap.registry import DECODERS
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross attention (any registered variant), FFN."""
+    """Masked self-attention, cross attention (any registered variant), FFN: pre-norm residual,
+    or ``post_norm`` as the official M2 layer (``LN(x + Dropout(Sub(x)))``, no dropout on the
+    self-attention weights, dropout on the FFN's hidden layer; the cross attention is built
+    post-norm too)."""
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float, cross: nn.Module):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float, cross: nn.Module,
+                 post_norm: bool = False):
         super().__init__()
+        self.post_norm = post_norm
         self.norm1, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, 0.0 if post_norm else dropout)
         self.cross = cross
-        self.ffn = FeedForward(d_model, d_ff)
+        self.ffn = FeedForward(d_model, d_ff, dropout if post_norm else 0.0)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, self_mask: Tensor, prepared, memory_mask: Tensor, query_mask: Tensor, group: int = 1):
         """x (R, T, D), self_mask (R, T, T), R = B * group -> (R, T, D), extras."""
-        h = self.norm1(x)
-        x = x + self.dropout(self.self_attn(h, self.self_attn.project_kv(h), self_mask)[0])
+        h = x if self.post_norm else self.norm1(x)
+        x = self._after_self_attention(x, self.self_attn(h, self.self_attn.project_kv(h), self_mask)[0])
         c, extras = self.cross(x, prepared, memory_mask, query_mask, group)
-        return c + self.dropout(self.ffn(self.norm3(c))), extras
+        return self._after_ffn(c), extras
 
     def step(self, x: Tensor, cache: dict, prepared, memory_mask: Tensor, group: int):
         """x (B*G, 1, D) -> (B*G, 1, D), the layer's updated cache, extras."""
-        h = self.norm1(x)
+        h = x if self.post_norm else self.norm1(x)
         memory = cache["self"].appended(self.self_attn.project_kv(h))  # a KeyValueMemory: in place when decoding
-        x = x + self.dropout(self.self_attn(h, memory.keys)[0])
+        x = self._after_self_attention(x, self.self_attn(h, memory.keys)[0])
         c, cross_cache, extras = self.cross.step(x, prepared, memory_mask, cache["cross"], group)
-        return c + self.dropout(self.ffn(self.norm3(c))), {"self": memory, "cross": cross_cache}, extras
+        return self._after_ffn(c), {"self": memory, "cross": cross_cache}, extras
+
+    def _after_self_attention(self, x: Tensor, attended: Tensor) -> Tensor:
+        x = x + self.dropout(attended)
+        return self.norm1(x) if self.post_norm else x
+
+    def _after_ffn(self, c: Tensor) -> Tensor:
+        if self.post_norm:
+            return self.norm3(c + self.dropout(self.ffn(c)))
+        return c + self.dropout(self.ffn(self.norm3(c)))
 
 
 @DECODERS.register("transformer")
@@ -69,6 +90,7 @@ class TransformerDecoder(nn.Module):
     decoder reads them all, this one the top level)."""
 
     meshed = False  # reads every encoder level (M2) rather than the top one
+    post_norm = False  # the official M2's post-norm layers and cross attention, no final LayerNorm
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
                  dropout: float, make_cross: Callable[[nn.Module], nn.Module], max_len: int = 128, pad_id: int = 0,
@@ -80,10 +102,12 @@ class TransformerDecoder(nn.Module):
         with torch.no_grad():
             self.embed.weight[pad_id].zero_()
         self.positions = SinusoidalPositions(d_model, max_len)
+        block = {"post_norm": True} if self.post_norm else {}
         self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout,
-                                                 make_cross(self.make_mix(d_model, memory_levels)))
+                                                 make_cross(self.make_mix(d_model, memory_levels), **block),
+                                                 self.post_norm)
                                     for _ in range(num_layers))
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.Identity() if self.post_norm else nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.output = Linear(d_model, vocab_size)
 
@@ -143,3 +167,26 @@ class MeshedDecoder(TransformerDecoder):
     @staticmethod
     def make_mix(d_model: int, memory_levels: int) -> nn.Module:
         return MeshedGates(d_model, memory_levels)
+
+
+@DECODERS.register("m2")
+class M2Decoder(MeshedDecoder):
+    """The official M2 decoder (aimagelab/meshed-memory-transformer's ``MeshedDecoder``; module
+    doc): the meshed decoder with post-norm layers and cross attention (C_i = LN(Y + MHA(Y, X_i)),
+    gates on [Y; C_i], no residual around their sum), no final LayerNorm, word embeddings without
+    sqrt(D) scaling or dropout plus a frozen table of ``max_len + 1`` positions (from 1), an
+    output layer without bias, and the official initialisation (:func:`m2_initialise`)."""
+
+    post_norm = True
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
+                 dropout: float, make_cross: Callable[..., nn.Module], max_len: int = 128, pad_id: int = 0,
+                 memory_levels: int = 1):
+        super().__init__(vocab_size, d_model, num_heads, num_layers, d_ff, dropout, make_cross, max_len, pad_id,
+                         memory_levels)
+        self.positions = FrozenPositions(d_model, max_len)
+        self.output = Linear(d_model, vocab_size, bias=False)
+        m2_initialise(self)
+
+    def _embed(self, tokens: Tensor, offset: int) -> Tensor:
+        return self.positions(self.embed(tokens), offset)

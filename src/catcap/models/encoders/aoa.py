@@ -52,6 +52,7 @@ class AoARefiner(RegionEmbedding):
     refiner layers, LayerNorm."""
 
     keeps_all_levels = False
+    embeds_pooled = False
 
     def __init__(self, feature_dim: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, dropout: float,
                  memory_slots: int = 0):
