@@ -12,4 +12,12 @@ def __getattr__(name):  # lazy: ``import catcap`` stays light, ``catcap.Captione
         from catcap.inference.captioner import Captioner
 
         return Captioner
+    if name == "Ensemble":
+        from catcap.inference.ensemble import Ensemble
+
+        return Ensemble
+    if name == "GenerationConfig":
+        from catcap.decoding import GenerationConfig
+
+        return GenerationConfig
     raise AttributeError(f"module 'catcap' has no attribute {name!r}")

@@ -186,7 +186,7 @@ def test_caption_without_checkpoint_uses_the_zoo(zoo_model, tmp_path, monkeypatc
     assert main(["caption", "--beam", "1", "--json", str(folder)]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["image"] for r in rows] == expected[1:] and all(r["caption"] for r in rows)
-    assert [(r["image"], r["caption"]) for r in rows] == api.caption("flickr8k-cat", [str(folder)], beam=1)
+    assert [(r["image"], r["caption"]) for r in rows] == api.caption("flickr8k-cat", [str(folder)], num_beams=1)
 
 
 def test_no_bundled_model_says_how_to_get_one(tmp_path, monkeypatch, capsys):
