@@ -38,7 +38,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--remove-bad-endings", action="store_true", default=None,
                    help='no caption ending on "a", "the", "of", ... (default off)')
     g.add_argument("--do-sample", action="store_true", default=None,
-                   help="draw each caption from the model's distribution instead of searching (with --beam 1)")
+                   help="draw each caption from the model's distribution instead of searching (not with --beam > 1)")
     g.add_argument("--temperature", type=float, metavar="T", help="with --do-sample: divide the logits by T (default 1)")
     g.add_argument("--top-k", type=int, metavar="K", help="with --do-sample: draw from the K best words (default 0: all)")
     g.add_argument("--top-p", type=float, metavar="P",

@@ -33,7 +33,7 @@ examples:
                   --metrics bleu,rouge,cider --output scores.json
   catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json
   catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json --shard 0/2
-  catcap evaluate --checkpoint flickr8k-m2 --checkpoint flickr8k-cat --split val   # an ensemble of the two
+  catcap evaluate --checkpoint flickr8k-m2 --checkpoint flickr8k-cat --split val
 
 --checkpoint decodes with GenerationConfig's defaults (beam 3, at most 20 words, as the bundled models'
 cards) unless the generation flags say otherwise (docs/generation.md). Several --checkpoint (or
