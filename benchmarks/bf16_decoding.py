@@ -9,6 +9,7 @@ import torch
 
 from catcap.config import from_dict
 from catcap.data.vocab import Vocab
+from catcap.decoding import GenerationConfig
 from catcap.metrics.evaluate import evaluate_tokenized
 from catcap.training.checkpoint import load_checkpoint
 from catcap.training.experiment import ExperimentConfig
@@ -28,7 +29,7 @@ dev = torch.device("cpu")
 res = {}
 for name in ("fp32", "bf16"):
     t = time.perf_counter()
-    ids, cands, refs = decode_split(model, data.val, vocab, dev, 50, 20, autocast=Precision(name, dev).autocast)
+    ids, cands, refs = decode_split(model, data.val, vocab, dev, 50, GenerationConfig(num_beams=1, max_length=20), autocast=Precision(name, dev).autocast)
     ev = evaluate_tokenized(ids, cands, refs, ("bleu", "cider"))
     res[name] = cands
     print(name, f"{time.perf_counter() - t:.1f} s", {k: round(v, 4) for k, v in ev.corpus.items()}, flush=True)

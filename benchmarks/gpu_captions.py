@@ -45,7 +45,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     photos = sorted(str(p) for p in Path(args.photos).glob("*.jpg"))
     refs = json.loads(Path(args.refs).read_text())
-    job = api.prepare_caption(None, photos, beam=args.beam, device="cuda")
+    job = api.prepare_caption(None, photos, num_beams=args.beam, device="cuda")
     report = {"photos": len(photos), "beam": args.beam, "device": torch.cuda.get_device_name()}
     runs = {}
     for precision in ("fp32", "bf16"):

@@ -57,7 +57,7 @@ def _sync() -> None:
 def _job(photos: list[str], beam: int, max_len: int, device: str = "cpu"):
     from catcap import api
 
-    return api.prepare_caption(None, photos, beam=beam, max_len=max_len, device=device)
+    return api.prepare_caption(None, photos, num_beams=beam, max_length=max_len, device=device)
 
 
 def _bar(n: int, desc: str):
@@ -71,7 +71,7 @@ def stage_encode(job, batch_size: int, workers: int, threads: int) -> tuple[floa
     from catcap.inference.pipeline import Stages, read_batches
 
     torch.set_num_threads(threads)
-    stages, encoded, bar = Stages(job.cap, beam=job.beam, max_len=job.max_len), [], _bar(len(job.items), "read+encode")
+    stages, encoded, bar = Stages(job.cap, generation=job.generation), [], _bar(len(job.items), "read+encode")
     t0 = time.perf_counter()
     for batch in read_batches(job.items, job.is_file, job.cap.image_encoder.input_size, batch_size=batch_size,
                               workers=workers):
@@ -88,7 +88,7 @@ def stage_decode(job, encoded: list, threads: int) -> float:
     from catcap.inference.pipeline import Stages
 
     torch.set_num_threads(threads)
-    stages, bar = Stages(job.cap, beam=job.beam, max_len=job.max_len), _bar(len(job.items), "decode")
+    stages, bar = Stages(job.cap, generation=job.generation), _bar(len(job.items), "decode")
     t0 = time.perf_counter()
     for batch in encoded:
         stages.decode(batch)

@@ -30,7 +30,7 @@ from catcap.models.builders import build_captioner
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.losses import cross_entropy
 from catcap.training.reward import CiderReward
-from catcap.training.scst import SCSTConfig, advantages, draw_captions, policy_loss, scst_processors, sequence_log_probs
+from catcap.training.scst import SCSTConfig, advantages, draw_captions, policy_loss, sequence_log_probs
 from catcap.training.setup import make_optimizer
 
 V, B, N, T, REFS = 10000, 50, 50, 16, 5
@@ -59,11 +59,10 @@ def bench(name: str, repeats: int, reward, refs) -> dict:
     opt = make_optimizer(model.parameters(), torch.device("cpu"), lr=5e-6)
     feats, mask = torch.randn(B, N, cfg.model.feature_dim), torch.ones(B, N, dtype=torch.bool)
     scst = SCSTConfig(baseline="mean", num_samples=5, max_len=T)
-    procs = scst_processors(vocab)
     state = {}
 
     def sampling():
-        state["out"], _ = draw_captions(model, feats, mask, scst, procs)
+        state["out"], _ = draw_captions(model, feats, mask, scst, vocab)
 
     def rewarding():
         words = [vocab.decode(r.tolist()) for r in state["out"].tokens]

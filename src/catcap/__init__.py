@@ -16,4 +16,12 @@ def __getattr__(name):  # lazy: ``import catcap`` stays light, ``catcap.Captione
         from catcap.threads import configure_threads
 
         return configure_threads
+    if name == "Ensemble":
+        from catcap.inference.ensemble import Ensemble
+
+        return Ensemble
+    if name == "GenerationConfig":
+        from catcap.decoding import GenerationConfig
+
+        return GenerationConfig
     raise AttributeError(f"module 'catcap' has no attribute {name!r}")

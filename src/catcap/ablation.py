@@ -91,7 +91,10 @@ def _scores(checkpoint: Path, split: str, beam: int, log) -> dict:
         if saved.get("key") == key:
             log(f"[catcap] reusing the scores in {cache}")
             return saved["scores"]
-    ev, _ = evaluate_checkpoint(checkpoint, split=split, beam=beam, metrics=METRICS)
+    from catcap.decoding import build_generation_config
+
+    generation = build_generation_config({"num_beams": beam}, names={"num_beams": "--beam"})
+    ev, _ = evaluate_checkpoint(checkpoint, split=split, generation=generation, metrics=METRICS)
     write_json_atomic(cache, {"key": key, "scores": ev.corpus})
     return ev.corpus
 

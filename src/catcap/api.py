@@ -14,7 +14,7 @@ from catcap.atomic import write_json_atomic  # noqa: F401  (api.write_json_atomi
 from catcap.metrics.bootstrap import Comparison, paired_bootstrap
 from catcap.metrics.evaluate import Evaluation, evaluate_captions
 from catcap.metrics.files import load_references, load_result_pair, load_results
-from catcap.inference.evaluation import check_beam as _check_beam, evaluate_checkpoint  # noqa: F401  (api.evaluate_checkpoint)
+from catcap.inference.evaluation import evaluate_checkpoint  # noqa: F401  (api.evaluate_checkpoint)
 
 
 def example_files() -> tuple[Path, Path]:
@@ -159,21 +159,22 @@ def analyze_history(checkpoints, out_dir, **kwargs):
     return run(checkpoints, out_dir, **kwargs)
 
 
-def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: str | None = None, beam: int = 3,
-            max_len: int = 20, device: str = "auto", zoo: str | Path | None = None,
-            length_penalty: float = 0.0) -> list[tuple[str, str]]:
+def caption(checkpoint, items: Sequence[str], *, features: str | None = None, generation=None,
+            device: str = "auto", zoo: str | Path | None = None, **settings) -> list[tuple[str, str]]:
     """Captions for images. ``checkpoint``: a checkpoint folder, a zoo folder or name, a Hugging
-    Face Hub id (``Captioner.from_pretrained``), or None for the bundled model
-    (:func:`bundled_model`; ``zoo``: another zoo folder). A model trained on `catcap extract`
-    features captions image files from their pixels (the checkpoint records the encoder);
-    otherwise items are keys of a feature store or image paths whose stem is the key (e.g.
-    ``runs/demo/world/images/12.png``). A folder stands for its image files (sorted by name). An
-    item that names an image file (a path or an image suffix) that does not exist, or a folder
-    without images, is an error before anything runs; an image that cannot be read is an error
-    too (:func:`caption_stream` reports it and goes on). ``length_penalty``: beam hypotheses
-    ranked by ``sum log p / length ** length_penalty`` (0: plain sums). Returns [(item, caption)]."""
-    job = prepare_caption(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo,
-                          length_penalty=length_penalty)
+    Face Hub id (``Captioner.from_pretrained``), a list of them (an ``Ensemble``), or None for
+    the bundled model (:func:`bundled_model`; ``zoo``: another zoo folder). A model trained on
+    `catcap extract` features captions image files from their pixels (the checkpoint records
+    the encoder); otherwise items are keys of a feature store or image paths whose stem is the
+    key (e.g. ``runs/demo/world/images/12.png``). A folder stands for its image files (sorted by
+    name). An item that names an image file (a path or an image suffix) that does not exist, or
+    a folder without images, is an error before anything runs; an image that cannot be read is
+    an error too (:func:`caption_stream` reports it and goes on). ``generation`` (a
+    ``catcap.decoding.GenerationConfig``) and/or its settings as keywords (``num_beams=5``,
+    ``max_length=16``, ...): how captions are decoded (default beam 3, at most 20 words).
+    Returns [(item, caption)]."""
+    job = prepare_caption(checkpoint, items, features=features, generation=generation, device=device, zoo=zoo,
+                          **settings)
     try:
         out = []
         for c in caption_stream(job, progress=False):
@@ -185,17 +186,17 @@ def caption(checkpoint: str | Path | None, items: Sequence[str], *, features: st
         job.close()
 
 
-def prepare_caption(checkpoint: str | Path | None, items: Sequence[str], *, features: str | None = None,
-                    beam: int = 3, max_len: int = 20, device: str = "auto", zoo: str | Path | None = None,
-                    shard=None, length_penalty: float = 0.0):
+def prepare_caption(checkpoint, items: Sequence[str], *, features: str | None = None, generation=None,
+                    device: str = "auto", zoo: str | Path | None = None, shard=None, **settings):
     """The captioner loaded and ``items`` checked, ready to caption (a ``catcap.inference.caption_run.
     CaptionJob``; arguments as :func:`caption`); ``shard`` (a ``catcap.sharding.Shard``) keeps
     its block of the expanded items."""
+    from catcap.decoding import build_generation_config
     from catcap.inference.caption_run import prepare
 
     take = None if shard is None or shard.whole else shard.take
-    return prepare(checkpoint, items, features=features, beam=beam, max_len=max_len, device=device, zoo=zoo,
-                   take=take, length_penalty=length_penalty)
+    return prepare(checkpoint, items, features=features, generation=build_generation_config(settings, generation),
+                   device=device, zoo=zoo, take=take)
 
 
 def caption_stream(job, *, progress: bool = True, batch_size: int = 16, workers: int = 2, pipelined: bool = True,

@@ -62,11 +62,11 @@ def test_bf16_decoding_agrees_with_fp32(dist_world, tmp_path):
     from torch.utils.data import DataLoader
 
     from catcap.data.collate import collate_images
-    from catcap.decoding import greedy
+    from catcap.decoding import GenerationConfig, greedy
 
     trainer = _train(dist_world, tmp_path / "m", **{"train.epochs": 2, "data.val_split": "test"})
     data, model = trainer.data, trainer.model.eval()
-    args = (model, data.val, data.vocab, torch.device("cpu"), 10, 20)
+    args = (model, data.val, data.vocab, torch.device("cpu"), 10, GenerationConfig(num_beams=1, max_length=20))
     _, fp32, _ = decode_split(*args)
     _, bf16, _ = decode_split(*args, autocast=Precision("bf16", torch.device("cpu")).autocast)
     same = sum(a == b for a, b in zip(fp32, bf16)) / len(fp32)

@@ -85,11 +85,13 @@ def test_ablate_table5_on_the_tiny_world(tiny_world, tiny_overrides, tmp_path):
 def check_rows_are_their_checkpoints_scores(out, rows):
     """Each row's metrics are its own best checkpoint scored on the table's split and beam, as
     ``catcap evaluate --checkpoint`` scores it (recomputed here for the Java-free metrics)."""
+    from catcap.decoding import GenerationConfig
     from catcap.inference.evaluation import evaluate_checkpoint
 
     for row in rows:
         assert set(row["metrics"]) >= {"Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"}
-        ev, _ = evaluate_checkpoint(out / row["row"] / "best", split="val", beam=2, metrics=("bleu", "rouge", "cider"),
+        ev, _ = evaluate_checkpoint(out / row["row"] / "best", split="val", generation=GenerationConfig(num_beams=2),
+                                    metrics=("bleu", "rouge", "cider"),
                                     device="cpu", progress=False)
         for name, value in ev.corpus.items():
             assert row["metrics"][name] == pytest.approx(value, abs=1e-12), (row["label"], name)

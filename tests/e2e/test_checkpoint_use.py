@@ -22,9 +22,10 @@ def test_generate_evaluate_and_caption(tiny_world, tiny_overrides, tmp_path):
 
     store = open_feature_store(tiny_world.features)
     feats = [store.get(k).regions for k in store.keys()[:3]]
-    greedy = cap.generate(feats)
-    assert len(greedy) == 3 and all(isinstance(t, str) and t for t in greedy)
-    assert cap.generate(feats, num_beams=1) == greedy
+    default = cap.generate(feats)
+    assert len(default) == 3 and all(isinstance(t, str) and t for t in default)
+    assert cap.generate(feats, num_beams=3, max_length=20) == default  # GenerationConfig's defaults
+    assert all(isinstance(t, str) and t for t in cap.generate(feats, num_beams=1))
     beams = cap.generate(feats, num_beams=3, num_return_sequences=2)
     assert len(beams) == 3 and all(len(b) == 2 for b in beams)
     samples = cap.generate(feats, do_sample=True, top_p=0.9, num_return_sequences=4, seed=1)

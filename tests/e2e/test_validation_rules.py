@@ -7,6 +7,7 @@ validation used plain greedy decoding, which then emitted runs of <unk> and repo
 import torch
 
 from catcap.api import load_experiment
+from catcap.decoding import GenerationConfig
 from catcap.inference.captioner import Captioner
 from catcap.training.setup import make_model, prepare_data
 from catcap.training.validate import decode_split
@@ -21,9 +22,10 @@ def test_validation_never_emits_unk_and_matches_generate(tiny_world, tiny_overri
     assert len(out_bias) == 1
     with torch.no_grad():
         out_bias[0][data.vocab.unk_id] += 50.0  # <unk> is now every step's argmax
-    ids, cands, _ = decode_split(model, data.val, data.vocab, torch.device("cpu"), 8, 12)
+    ids, cands, _ = decode_split(model, data.val, data.vocab, torch.device("cpu"), 8,
+                                GenerationConfig(num_beams=1, max_length=12))
     assert len(cands) == len(data.val) and all(cands)
     assert not any("<unk>" in c for c in cands)
     generated = Captioner(model, data.vocab, cfg, torch.device("cpu")).generate(
-        [data.val[i].regions for i in range(len(data.val))], max_length=12)
+        [data.val[i].regions for i in range(len(data.val))], num_beams=1, max_length=12)
     assert [" ".join(c) for c in cands] == generated

@@ -48,9 +48,9 @@ def test_a_missing_image_file_or_a_folder_is_named_not_looked_up_as_a_key(tmp_pa
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="is a folder with no image files"):  # a folder stands for its images
         api.caption(ckpt, [str(tmp_path / "empty")])
-    with pytest.raises(ValueError, match="beam size must be >= 1"):
-        api.caption(ckpt, ["a"], beam=0)
-    assert len(api.caption(ckpt, ["a"], beam=1)) == 1  # a plain key still reads the store
+    with pytest.raises(ValueError, match="num_beams must be >= 1"):
+        api.caption(ckpt, ["a"], num_beams=0)
+    assert len(api.caption(ckpt, ["a"], num_beams=1)) == 1  # a plain key still reads the store
 
 
 def test_a_store_from_another_encoder_is_refused(tmp_path):
@@ -70,10 +70,10 @@ def test_files_and_keys_in_one_call_each_go_their_way(flickr8k_images, lite0, tm
         pytest.skip(f"test photo missing: {photo}")
     ckpt = _checkpoint(tmp_path, _store(tmp_path / "f.h5", ["a"], "efficientnet-lite0"),
                        meta=dict(lite0.meta, encoder="efficientnet-lite0"))
-    both = api.caption(ckpt, [str(photo), "a"], beam=1, max_len=5)
+    both = api.caption(ckpt, [str(photo), "a"], num_beams=1, max_length=5)
     assert [item for item, _ in both] == [str(photo), "a"]
-    assert both[0][1] == api.caption(ckpt, [str(photo)], beam=1, max_len=5)[0][1]
-    assert both[1][1] == api.caption(ckpt, ["a"], beam=1, max_len=5)[0][1]
+    assert both[0][1] == api.caption(ckpt, [str(photo)], num_beams=1, max_length=5)[0][1]
+    assert both[1][1] == api.caption(ckpt, ["a"], num_beams=1, max_length=5)[0][1]
 
 
 def test_a_store_of_another_width_gets_advice_for_a_trained_model(tmp_path):
@@ -88,15 +88,15 @@ def test_a_store_of_another_width_gets_advice_for_a_trained_model(tmp_path):
 def test_sampling_with_beams_is_refused_not_silently_plain_sampling(tmp_path):
     cap = Captioner.from_pretrained(_checkpoint(tmp_path, _store(tmp_path / "f.h5", ["a"], "efficientnet-lite0")))
     feats = [np.ones((4, 1280), np.float32)]
-    with pytest.raises(ValueError, match="do_sample=True with num_beams=5: beam-sample decoding is not offered"):
+    with pytest.raises(ValueError, match=r"num_beams must be 1 with do_sample=True \(beam-sample decoding is not offered"):
         cap.generate(feats, do_sample=True, num_beams=5)
     assert len(cap.generate(feats, do_sample=True, num_return_sequences=2, seed=0)[0]) == 2
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"num_beams": 0}, "num_beams must be >= 1"),
-    ({"num_return_sequences": 0, "num_beams": 2}, "num_return_sequences must be >= 1"),
-    ({"min_length": 8, "max_length": 3}, r"min_length \(8 words\) is larger than max_length \(3 words\)"),
+    ({"num_return_sequences": 0, "num_beams": 2}, r"num_return_sequences must be between 1 and 2 \(the beams"),
+    ({"min_length": 8, "max_length": 3}, r"min_length must be between 0 and max_length=3 \(words\), got 8"),
 ])
 def test_generate_names_contradictory_arguments(tmp_path, kwargs, message):
     cap = Captioner.from_pretrained(_checkpoint(tmp_path, _store(tmp_path / "f.h5", ["a"], "efficientnet-lite0")))

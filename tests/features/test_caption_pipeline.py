@@ -66,7 +66,7 @@ def uninterrupted(model, photos, tmp_path_factory):
 
 
 def test_pipelined_captions_equal_the_one_thread_path(model, photos, items):
-    job = api.prepare_caption(model, [str(photos)], beam=2, max_len=8, device="cpu")
+    job = api.prepare_caption(model, [str(photos)], num_beams=2, max_length=8, device="cpu")
     piped = list(api.caption_stream(job, progress=False, batch_size=BATCH, workers=2, pipelined=True))
     plain = list(api.caption_stream(job, progress=False, batch_size=BATCH, workers=0, pipelined=False))
     assert piped == plain
@@ -120,7 +120,7 @@ def test_an_interrupted_run_resumes_to_the_same_bytes(model, photos, uninterrupt
 
 def test_a_partial_of_other_settings_or_inputs_is_refused(model, photos, items, tmp_path, capsys):
     out = tmp_path / "captions.jsonl"
-    job = api.prepare_caption(model, [str(photos)], beam=2, max_len=8, device="cpu")
+    job = api.prepare_caption(model, [str(photos)], num_beams=2, max_length=8, device="cpu")
     header = {HEADER: dict(job.settings, batch_size=BATCH, beam=5)}
     partial_path(out).write_text(json.dumps(header) + "\n", encoding="utf-8")
     assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), str(photos)]) == 2
@@ -143,7 +143,7 @@ def test_a_shard_writes_its_block_into_its_part(model, photos, items, tmp_path, 
     assert part.exists() and not out.exists()
     rows = [json.loads(line) for line in part.read_text(encoding="utf-8").splitlines()]
     assert [r["image"] for r in rows] == items[3:6]
-    job = api.prepare_caption(model, items[3:6], beam=2, max_len=8, device="cpu")
+    job = api.prepare_caption(model, items[3:6], num_beams=2, max_length=8, device="cpu")
     assert [r["caption"] for r in rows] == [job.cap.generate(images=[i], num_beams=2, max_length=8)[0]
                                             for i in items[3:6]]
     assert main(["caption", *one, "--shard", "1/3", str(photos)]) == 2

@@ -44,7 +44,7 @@ def test_captions_from_pixels_equal_captions_from_extracted_features(flickr8k_im
     assert from_pixels == from_store and all(isinstance(t, str) for t in from_pixels)
 
     from catcap import api
-    assert [t for _, t in api.caption(cap_dir(tmp_path), [str(p) for p in photos], beam=2, max_len=6)] == from_pixels
+    assert [t for _, t in api.caption(cap_dir(tmp_path), [str(p) for p in photos], num_beams=2, max_length=6)] == from_pixels
 
 
 def cap_dir(tmp_path):

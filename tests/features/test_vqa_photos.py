@@ -57,6 +57,6 @@ def test_a_photo_is_answered_as_its_extracted_features(vqa_on_photos):
 
 def test_a_photo_is_captioned_as_its_extracted_features(vqa_on_photos):
     _, photo, key, root = vqa_on_photos
-    [(_, from_photo)] = api.caption(root / "vlp" / "last", [str(photo)], beam=2, max_len=6)
-    [(_, from_key)] = api.caption(root / "vlp" / "last", [key], features=str(root / "feats.h5"), beam=2, max_len=6)
+    [(_, from_photo)] = api.caption(root / "vlp" / "last", [str(photo)], num_beams=2, max_length=6)
+    [(_, from_key)] = api.caption(root / "vlp" / "last", [key], features=str(root / "feats.h5"), num_beams=2, max_length=6)
     assert from_photo == from_key

@@ -46,8 +46,9 @@ def test_length_penalty_changes_what_the_untrained_model_says(tiny_checkpoint):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--length-penalty", "-1"], "the length penalty must be between 0"),
-    (["--max-len", "0"], "--max-len) must be >= 1 word"),
+    (["--length-penalty", "nan"], "--length-penalty: length_penalty must be a finite number"),
+    (["--beam", "1", "--length-penalty", "1"], "--length-penalty: length_penalty must be 0 with num_beams=1"),
+    (["--max-len", "0"], "--max-len: max_length must be >= 1 (words per caption), got 0"),
 ])
 def test_bad_beam_options_are_refused(tiny_checkpoint, argv, message, capsys):
     checkpoint, _ = tiny_checkpoint
@@ -72,7 +73,7 @@ def test_caption_command_passes_the_length_penalty(tiny_checkpoint, tmp_path, ca
     got = [row["caption"] for row in json.loads(capsys.readouterr().out)]
     want = _direct(checkpoint, world, num_beams=4, max_length=8, length_penalty=3.0)
     assert got == [want[r.image_id] for r in records]
-    job = api.prepare_caption(checkpoint, keys, features=str(world.features), beam=4, max_len=8, device="cpu",
+    job = api.prepare_caption(checkpoint, keys, features=str(world.features), num_beams=4, max_length=8, device="cpu",
                               length_penalty=3.0)
     job.close()
     assert job.settings["length_penalty"] == 3.0

@@ -13,7 +13,7 @@ from tiny_runs import tiny_run_overrides
 from catcap import api
 from catcap.config import ConfigError
 from catcap.data.synthetic import make_world
-from catcap.decoding.greedy import greedy
+from catcap.decoding import greedy
 from catcap.training.scheduled_sampling import ScheduledSamplingConfig, sampling_probability, scheduled_forward
 
 ARCHS = [("updown", "caca"), ("att2in", "vanilla"), ("lookback", "light_caca"), ("aoa", "caca"), ("transformer", "caca")]

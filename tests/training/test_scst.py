@@ -6,12 +6,12 @@ import torch
 
 import catcap.models.cross  # noqa: F401  (registers the cross-attention variants)
 from catcap.data.vocab import Vocab
-from catcap.decoding import sample
+from catcap.decoding import caption_processors, sample
 from catcap.metrics.evaluate import evaluate_tokenized
 from catcap.models.builders import build_captioner
 from catcap.models.config import ModelConfig
 from catcap.training.reward import CiderReward, cached_document_frequency
-from catcap.training.scst import SCSTConfig, advantages, policy_loss, scst_processors, sequence_log_probs
+from catcap.training.scst import SCSTConfig, advantages, policy_loss, sequence_log_probs
 
 REWARDS = np.array([[1.0, 0.0, 0.5], [0.2, 0.2, 0.8]])
 
@@ -91,7 +91,7 @@ def test_a_positive_advantage_makes_the_caption_more_likely():
 
 def test_processors_never_sample_special_tokens():
     vocab = Vocab.build([["a", "b"]], min_count=1)
-    (rule,) = scst_processors(vocab)
+    (rule,) = caption_processors(vocab)  # SCST's sampling rules (draw_captions: generate(vocab=))
     out = rule(torch.zeros(2, len(vocab)), torch.zeros(2, 0, dtype=torch.long), 0)
     assert torch.isneginf(out[:, [vocab.pad_id, vocab.bos_id, vocab.unk_id]]).all()
     assert torch.isfinite(out[:, vocab.eos_id]).all()

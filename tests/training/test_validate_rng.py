@@ -7,6 +7,7 @@ from catcap.data.datasets import ImageDataset
 from catcap.data.features import open_feature_store
 from catcap.data.karpathy import load_karpathy
 from catcap.data.synthetic import make_world
+from catcap.decoding import GenerationConfig
 from catcap.models.builders import build_captioner
 from catcap.models.config import ModelConfig
 from catcap.training.validate import decode_tokens
@@ -20,6 +21,6 @@ def test_validation_draws_nothing_from_the_global_rng(tmp_path):
     torch.manual_seed(123)
     want = torch.rand(3)
     torch.manual_seed(123)
-    rows = decode_tokens(model, dataset, torch.device("cpu"), batch_size=4, max_len=5)
+    rows = decode_tokens(model, dataset, torch.device("cpu"), 4, GenerationConfig(num_beams=1, max_length=5))
     assert len(rows) == 6  # two batches, so two loader passes would have drawn twice
     assert torch.equal(torch.rand(3), want)

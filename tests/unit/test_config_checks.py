@@ -20,7 +20,7 @@ from catcap.training.experiment import ExperimentConfig
     ("model.num_heads=0", "model.num_heads must be >= 1, found 0"),
     ("model.dropout=1.0", "model.dropout must be < 1"),
     ("data.max_len=0", "data.max_len must be >= 1, found 0"),
-    ("train.val_beam=0", "train.val_beam must be >= 1, found 0"),
+    ("train.val_beam=0", "train.val_beam: num_beams must be >= 1"),
     ("train.awc.gamma=-1", "train.awc.gamma must be >= 0.0, found -1"),
     ("model.history.normalize=false", "model.history.normalize=False has no effect on cross_attention 'vanilla'"),
 ])

@@ -79,7 +79,7 @@ def test_a_photo_gets_the_caption_catcap_caption_gives_and_its_attention_per_wor
     answer = post_photo(client, photo.read_bytes(), photo.name, beam=2, max_length=12)
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    [(_, expected)] = api.caption(checkpoint, [str(photo)], beam=2, max_len=12)
+    [(_, expected)] = api.caption(checkpoint, [str(photo)], num_beams=2, max_length=12)
     assert body["caption"] == expected
     assert body["tokens"] == body["words"] + ["<eos>"] and " ".join(body["words"]) == expected
     att, steps = body["attention"], len(body["tokens"])
@@ -112,19 +112,20 @@ def test_png_and_webp_uploads_of_the_same_pixels_get_the_jpegs_caption(client, t
 
 
 def test_greedy_attention_is_what_catcap_analyze_records(model, trained):
-    """The forced trace of a greedy caption equals trace_greedy's record (the analysis' data)."""
+    """The attention of a greedy caption equals trace_greedy's record (the analysis' data)."""
     import torch
     from PIL import Image
 
-    from catcap.viz.history import _processors, trace_greedy
+    from catcap.decoding import GenerationConfig
+    from catcap.viz.history import trace_greedy
 
     with Image.open(trained[1][2]) as im:
         image = im.convert("RGB")
-    result = model.caption(image, beam=1, max_length=10)
+    result = model.caption(image, GenerationConfig(num_beams=1, max_length=10))
     cap = model.captioner
     x = torch.from_numpy(model.features(image))[None]
     mask = torch.ones(x.shape[:2], dtype=torch.bool)
-    trace = trace_greedy(cap.model, x, mask, -1, 10, _processors(cap.vocab), keep_maps=True)
+    trace = trace_greedy(cap.model, x, mask, -1, 10, cap.vocab, keep_maps=True)
     steps = int(trace.active[0].sum())
     assert [cap.vocab.word(i) for i in trace.tokens[0, :steps].tolist()] == result["tokens"]
     np.testing.assert_allclose(result["attention"].regions, trace.region[0, :steps].numpy(), atol=1e-5)
@@ -136,7 +137,7 @@ def test_a_sample_is_captioned_by_name_and_served(client, trained):
     photo = trained[1][0]
     answer = client.post("/api/caption", data={"sample": photo.name, "beam": "1"})
     assert answer.status_code == 200, answer.text
-    assert answer.json()["caption"] == api.caption(trained[0], [str(photo)], beam=1, max_len=20)[0][1]
+    assert answer.json()["caption"] == api.caption(trained[0], [str(photo)], num_beams=1, max_length=20)[0][1]
     assert client.get(f"/samples/{photo.name}").content == photo.read_bytes()
     assert client.get("/samples/..%2Fdata.json").status_code == 404
     page = client.get("/").text
@@ -281,7 +282,7 @@ def test_a_model_without_attention_weights_gets_its_caption_and_a_note(trained, 
         answer = post_photo(client, photos[0].read_bytes(), beam=1, max_length=5)
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert body["caption"] == api.caption(tmp_path / "plain", [str(photos[0])], beam=1, max_len=5)[0][1]
+    assert body["caption"] == api.caption(tmp_path / "plain", [str(photos[0])], num_beams=1, max_length=5)[0][1]
     att = body["attention"]
     assert att["regions"] is None and att["history_weight"] is None and att["history"] is None
     assert "reports no weights" in att["note"] and len(att["boxes"]) == 49

@@ -186,7 +186,7 @@ def test_caption_without_checkpoint_uses_the_zoo(zoo_model, tmp_path, monkeypatc
     assert main(["caption", "--beam", "1", "--json", str(folder)]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["image"] for r in rows] == expected[1:] and all(r["caption"] for r in rows)
-    assert [(r["image"], r["caption"]) for r in rows] == api.caption("flickr8k-cat", [str(folder)], beam=1)
+    assert [(r["image"], r["caption"]) for r in rows] == api.caption("flickr8k-cat", [str(folder)], num_beams=1)
 
 
 def test_no_bundled_model_says_how_to_get_one(tmp_path, monkeypatch, capsys):
@@ -224,7 +224,8 @@ def test_build_from_the_command_line_records_captions(zoo_model, tmp_path, capsy
     assert "zoo model written to" in capsys.readouterr().out
     data = json.loads(expected.read_text())
     cap = Captioner.from_pretrained(tmp_path / "zoo" / "tiny", device="cpu")
-    assert list(data["captions"].values()) == cap.generate(images=[str(p) for p in photos], max_length=20)
+    assert list(data["captions"].values()) == cap.generate(images=[str(p) for p in photos], num_beams=1,
+                                                           max_length=20)
     assert data["sha256"] == read_card(tmp_path / "zoo" / "tiny")["sha256"]["model.safetensors"]
     assert (tmp_path / "zoo" / "tiny" / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
     check_recorded_captions(tmp_path / "zoo", "tiny", expected, "the record command")  # the bundled model's test

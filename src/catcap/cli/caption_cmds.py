@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from catcap.cli.generation_args import add_generation_arguments, checkpoints, generation_config
+
 CAPTION_HELP = """\
 Caption images with a trained model. Without --checkpoint, the model bundled with catcap
 (zoo/flickr8k-m2, else the zoo's first: `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
@@ -15,6 +17,9 @@ and its preprocessing, and the photos go through exactly that. For other models 
 built-in world's detector-like features) name images by their key in the feature store or by
 an image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
 --json prints [{"image": ..., "caption": ...}, ...] instead of "image: caption" lines.
+--checkpoint A,B captions with an ensemble of the models (their log-probabilities averaged at
+every step; docs/generation.md). Decoding: beam 3, at most 20 words, unless the generation
+flags say otherwise (docs/generation.md lists every setting).
 
 Thousands of photos: reading the JPEGs (--workers processes), the image encoder and the caption
 decoder run as a pipeline (the encoder of one batch overlaps the decoding of the one before,
@@ -37,6 +42,8 @@ example:
   catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
   catcap caption photos/ --out captions.jsonl
   catcap caption photos/ --out captions.jsonl --restart --beam 5 --max-len 16
+  catcap caption --checkpoint flickr8k-m2,flickr8k-cat photo.jpg
+  catcap caption --beam 6 --num-beam-groups 3 --diversity-penalty 0.5 photo.jpg
   catcap caption photos/ --out captions.jsonl --shard 0/4 --workers 1
 """
 
@@ -53,7 +60,8 @@ def register(sub) -> None:
     cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
-                     "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-m2)")
+                     "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-m2); A,B: an "
+                     "ensemble of those models")
     cap.add_argument("--json", action="store_true", help='print JSON: [{"image": ..., "caption": ...}, ...]')
     cap.add_argument("--out", "--output", dest="out", metavar="FILE.jsonl",
                      help="write JSON Lines there instead of printing: incrementally, continued when rerun")
@@ -62,12 +70,6 @@ def register(sub) -> None:
     cap.add_argument("--shard", metavar="I/N", help="caption only block I of N (0 <= I < N) into --out's part "
                      "FILE.part-III-of-NNN.jsonl; join the parts with catcap merge FILE.jsonl")
     cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
-    cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
-    cap.add_argument("--max-len", type=int, default=20, help="most words per caption (default 20)")
-    cap.add_argument("--length-penalty", type=float, default=0.0, metavar="LP",
-                     help="with --beam > 1: rank captions by sum log p / length ** LP (default 0: plain sums, which "
-                          "favour short captions). On Flickr8k val, the bundled flickr8k-m2 gives CIDEr-D 56.2 at "
-                          "--beam 3 and 0, 57.6 at --beam 5 and 1.0 (benchmarks/flickr8k.md)")
     cap.add_argument("--batch-size", type=int, default=16, help="images per batch (default 16)")
     cap.add_argument("--workers", type=int, default=default_workers(),
                      help="processes reading and decoding the photos (default 1 on a machine with 2 cores or "
@@ -76,6 +78,7 @@ def register(sub) -> None:
     cap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default auto)")
     cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
+    add_generation_arguments(cap)
     cap.set_defaults(func=cmd_caption)
 
 
@@ -102,13 +105,14 @@ def cmd_caption(args) -> int:
     if args.restart and args.out is None:
         raise ValueError("--restart goes with --out FILE.jsonl (it captions the file again); found no --out")
     shard = _shard(args)
-    checkpoint = args.checkpoint
+    generation = generation_config(args)
+    checkpoint = checkpoints(args.checkpoint)
     if checkpoint is None:
         entry = api.bundled_model()
-        checkpoint = entry.path
+        checkpoint = [entry.path]
         _log(f"using the bundled model {entry.name} ({entry.path}; --checkpoint picks another)")
-    job = api.prepare_caption(checkpoint, args.images, features=args.features, beam=args.beam, max_len=args.max_len,
-                              device=args.device, shard=shard, length_penalty=args.length_penalty)
+    job = api.prepare_caption(checkpoint, args.images, features=args.features, generation=generation,
+                              device=args.device, shard=shard)
     try:
         if args.out is not None:
             return _to_file(api, job, args, shard)

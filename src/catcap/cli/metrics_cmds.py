@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from catcap.cli.generation_args import add_generation_arguments, checkpoints, generation_config, given_generation_flags
+
 EVALUATE_HELP = """\
 Score captions exactly as the COCO caption toolkit (pycocoevalcap 1.2) does:
 PTB tokenisation, BLEU-1..4, METEOR, ROUGE-L, CIDEr (= CIDEr-D) and SPICE.
@@ -31,6 +33,11 @@ examples:
                   --metrics bleu,rouge,cider --output scores.json
   catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json
   catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json --shard 0/2
+  catcap evaluate --checkpoint flickr8k-m2 --checkpoint flickr8k-cat --split val
+
+--checkpoint decodes with GenerationConfig's defaults (beam 3, at most 20 words, as the bundled models'
+cards) unless the generation flags say otherwise (docs/generation.md). Several --checkpoint (or
+A,B) decode as one ensemble, each model reading its own checkpoint's feature store.
 """
 
 COMPARE_HELP = """\
@@ -61,14 +68,9 @@ def register(sub) -> None:
     ev.add_argument("--example", action="store_true", help="score the bundled example (50 COCO val2014 images, "
                     "a held-out human caption against the other references)")
     ev.add_argument("--quiet", action="store_true", help="print only the table")
-    ev.add_argument("--checkpoint", metavar="DIR", help="caption --split (default test) of the checkpoint's dataset "
-                    "with this trained model, then score it")
-    ev.add_argument("--beam", type=int, help="with --checkpoint: beam size (default 5)")
-    ev.add_argument("--length-penalty", type=float, metavar="LP",
-                    help="with --checkpoint and --beam > 1: rank finished hypotheses by sum log p / length ** LP "
-                         "(default 0: plain sums, which favour short captions; 1 = the mean log-probability per word)")
-    ev.add_argument("--max-len", type=int, metavar="N",
-                    help="with --checkpoint: the longest caption in words (default 20)")
+    ev.add_argument("--checkpoint", metavar="DIR", action="append",
+                    help="caption --split (default test) of the checkpoint's dataset with this trained model, then "
+                         "score it; repeat it (or A,B) for an ensemble of the models")
     ev.add_argument("--device", choices=["auto", "cpu", "cuda"],
                     help="with --checkpoint: where the model runs (default auto: CUDA when there is one)")
     ev.add_argument("--dtype", choices=["fp32", "bf16", "fp16"],
@@ -84,6 +86,7 @@ def register(sub) -> None:
                     "the part RESULTS.part-III-of-NNN.json of --save-results; join with catcap merge RESULTS.json")
     ev.add_argument("--features", metavar="STORE", help="with --checkpoint: the feature store to caption from "
                     "(default: the checkpoint's data.features; --refs likewise replaces its data.dataset)")
+    add_generation_arguments(ev)
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,11 +106,10 @@ def cmd_evaluate(args) -> int:
     from catcap import api
     from catcap.metrics.evaluate import print_table
 
-    checkpoint_only = [flag for flag, value in (("--beam", args.beam), ("--device", args.device),
-                       ("--save-results", args.save_results), ("--features", args.features),
-                       ("--shard", args.shard), ("--dtype", args.dtype),
-                       ("--precision", args.precision),
-                       ("--length-penalty", args.length_penalty), ("--max-len", args.max_len)) if value is not None]
+    checkpoint_only = given_generation_flags(args) + [
+        flag for flag, value in (("--device", args.device), ("--save-results", args.save_results),
+                                 ("--features", args.features), ("--shard", args.shard), ("--dtype", args.dtype),
+                                 ("--precision", args.precision)) if value is not None]
     if args.checkpoint and (args.results or args.example):
         raise ValueError("give --checkpoint (caption a split, then score it) or --results/--example "
                          "(score captions you have), not both")
@@ -116,14 +118,13 @@ def cmd_evaluate(args) -> int:
     if args.checkpoint:
         from catcap.sharding import resolve_shard
 
-        ev, _ = api.evaluate_checkpoint(args.checkpoint, split=args.split or "test", beam=5 if args.beam is None else args.beam,
-                                        metrics=args.metrics, dataset=args.refs, features=args.features,
+        ev, _ = api.evaluate_checkpoint(checkpoints(args.checkpoint), split=args.split or "test",
+                                        generation=generation_config(args), metrics=args.metrics,
+                                        dataset=args.refs, features=args.features,
                                         save_results=args.save_results, corenlp_dir=args.corenlp,
                                         log=log_to_stderr(args.quiet), device=args.device or "auto",
                                         progress=not args.quiet, shard=resolve_shard(args.shard),
-                                        dtype=args.dtype, precision=args.precision or "fp32",
-                                        max_len=20 if args.max_len is None else args.max_len,
-                                        length_penalty=args.length_penalty or 0.0)
+                                        dtype=args.dtype, precision=args.precision or "fp32")
         if ev is None:  # a shard: its part is written; the scores come from the merged file
             return _shard_done(args)
         print_table(ev)

@@ -1,11 +1,13 @@
-"""Decoding: greedy, sampling and batched beam search over the cached decoder protocol,
-with shared logit processors; ``reference`` holds the uncached oracle used by tests."""
+"""Decoding: one generation loop (:func:`generate`) for greedy decoding, sampling, beam and
+diverse beam search, configured by a :class:`GenerationConfig`, with shared logit processors;
+``reference`` and ``reference_diverse`` hold the uncached oracles used by tests."""
 
-from catcap.decoding.beam import beam_search
-from catcap.decoding.greedy import greedy
-from catcap.decoding.processors import (BadEndings, DecodeOutput, MinLength, NoRepeatNGram, SuppressEos,
-                                        SuppressTokens, build_processors, caption_processors)
-from catcap.decoding.sampling import sample
+from catcap.decoding.config import GenerationConfig, GenerationConfigError, build_generation_config
+from catcap.decoding.generate import beam_search, generate, greedy, sample
+from catcap.decoding.output import GenerationOutput
+from catcap.decoding.processors import (BadEndings, MinLength, NoRepeatNGram, SuppressEos, SuppressTokens,
+                                        build_processors, caption_processors)
 
-__all__ = ["BadEndings", "DecodeOutput", "MinLength", "NoRepeatNGram", "SuppressEos", "SuppressTokens",
-           "beam_search", "build_processors", "caption_processors", "greedy", "sample"]
+__all__ = ["BadEndings", "GenerationConfig", "GenerationConfigError", "GenerationOutput", "MinLength",
+           "NoRepeatNGram", "SuppressEos", "SuppressTokens", "beam_search", "build_generation_config",
+           "build_processors", "caption_processors", "generate", "greedy", "sample"]

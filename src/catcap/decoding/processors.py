@@ -11,14 +11,14 @@ never by value, so a loop that owns a tensor of scores may apply them in place
 (:meth:`MaskingProcessor.mask`) — beam search masks the beams' summed scores directly instead of
 copying the (R, V) log-probs once per rule. A processor of any other kind is called as above.
 
-The maximum length is not a processor: the loops force ``<eos>`` at step ``max_len`` (see
-:func:`force_token`). This module also holds :class:`DecodeOutput`, the result of every loop.
+The maximum length is not a processor: the strategies force ``<eos>`` at step ``max_len`` (see
+:func:`force_token`). :func:`generation_rules` turns a
+:class:`~catcap.decoding.config.GenerationConfig`'s rules into processors.
 Legend: R rows, V vocab, T steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -26,28 +26,8 @@ from torch import Tensor
 
 Processor = Callable[[Tensor, Tensor, int], Tensor]
 NEG_INF = float("-inf")
-
-
-@dataclass
-class DecodeOutput:
-    """Generated captions, image-major (row ``b * group + g`` = caption ``g`` of image ``b``).
-
-    tokens: (R, T) generated ids after ``<bos>``: words, ``<eos>``, then ``<pad>``;
-    log_probs: (R,) sum of the per-token model log-probabilities (``<eos>`` included);
-    lengths: (R,) generated tokens including the final ``<eos>`` (= words + 1);
-    token_log_probs: (R, T) per-token model log-probabilities, 0 after ``<eos>``;
-    mask: (R, T) bool, True = generated token (words and ``<eos>``), False = padding;
-    scores: (R,) ranking score (beam search: length-penalised), else equal to ``log_probs``;
-    group: rows per image.
-    """
-
-    tokens: Tensor
-    log_probs: Tensor
-    lengths: Tensor
-    token_log_probs: Tensor
-    mask: Tensor
-    scores: Tensor
-    group: int = 1
+#: words a caption may not end with under ``remove_bad_endings`` (``<eos>`` forbidden after them)
+BAD_ENDINGS = ("a", "an", "the", "of", "with", "on", "in", "and", "to", "at", "for", "its", "his", "her")
 
 
 def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | float) -> Tensor:
@@ -193,6 +173,22 @@ def caption_processors(vocab, **rules) -> tuple[Processor, ...]:
     nothing keeps its probability down: without this rule in validation, greedy decoding
     after a few SCST epochs emitted runs of ``<unk>``)."""
     return build_processors(vocab.eos_id, suppress_ids=[vocab.pad_id, vocab.bos_id, vocab.unk_id], **rules)
+
+
+def generation_rules(config, eos_id: int, vocab=None) -> tuple[Processor, ...]:
+    """The processors of a :class:`~catcap.decoding.config.GenerationConfig`'s rules
+    (``min_length``, ``no_repeat_ngram_size``, ``remove_bad_endings``). With the model's
+    ``vocab`` they are :func:`caption_processors` (never ``<pad>``, ``<bos>``, ``<unk>``; bad
+    endings looked up by word); without one only the rules that need no words apply."""
+    rules = {"min_len": config.min_length, "no_repeat_ngram": config.no_repeat_ngram_size}
+    if vocab is None:
+        if config.remove_bad_endings:
+            raise ValueError("remove_bad_endings looks the words up in the vocabulary: pass vocab= to generate")
+        return build_processors(eos_id, **rules)
+    if vocab.eos_id != eos_id:
+        raise ValueError(f"the vocabulary's <eos> is {vocab.eos_id} but the model's is {eos_id}: use the model's own vocabulary")
+    bad = [vocab.id(w) for w in BAD_ENDINGS if w in vocab] if config.remove_bad_endings else []
+    return caption_processors(vocab, bad_ending_ids=bad, **rules)
 
 
 def apply_processors(processors: Iterable[Processor], log_probs: Tensor, history: Tensor, step: int) -> Tensor:

@@ -20,7 +20,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from catcap.decoding.processors import DecodeOutput
+from catcap.decoding.output import GenerationOutput
 
 
 def next_log_probs(model, features: Tensor, feature_mask: Tensor, prefixes: Tensor) -> Tensor:
@@ -80,7 +80,7 @@ def length_penalised(total: Tensor, length: int, alpha: float) -> Tensor:
 @torch.no_grad()
 def reference_beam_search(model, features: Tensor, feature_mask: Tensor, beam_size: int = 5,
                           max_len: int = 16, length_penalty: float = 0.0, rules: dict | None = None,
-                          num_return: int = 1) -> DecodeOutput:
+                          num_return: int = 1) -> GenerationOutput:
     """Same contract and result as :func:`catcap.decoding.beam_search` with
     ``processors=build_processors(eos_id, **rules)``, one image at a time. It never stops
     early: it runs until ``max_len`` closes every beam, which also checks that the cached
@@ -136,7 +136,7 @@ def _advance(beams, pool, candidates, log_probs, step, alpha, k, eos_id) -> list
     return survivors
 
 
-def _as_output(hyps: list[Hypothesis], pad_id: int, group: int) -> DecodeOutput:
+def _as_output(hyps: list[Hypothesis], pad_id: int, group: int) -> GenerationOutput:
     width = max(len(h.tokens) for h in hyps)
     tokens = torch.full((len(hyps), width), pad_id, dtype=torch.long)
     token_lp = torch.zeros(len(hyps), width)
@@ -147,4 +147,4 @@ def _as_output(hyps: list[Hypothesis], pad_id: int, group: int) -> DecodeOutput:
     mask = torch.arange(width)[None, :] < lengths[:, None]
     sums = torch.stack([h.total for h in hyps])
     scores = torch.stack([h.score for h in hyps])
-    return DecodeOutput(tokens, sums, lengths, token_lp, mask, scores, group)
+    return GenerationOutput(tokens, sums, lengths, token_lp, mask, scores, group)

@@ -1,4 +1,5 @@
-"""Sampling n captions per image (temperature, top-k, nucleus/top-p), e.g. for SCST.
+"""Sampling n captions per image (temperature, top-k, nucleus/top-p), e.g. for SCST: the
+token choice of :class:`~catcap.decoding.greedy.RowSearch` when ``do_sample`` is set.
 
 The n samples of an image share its memory: the decoder state is built with ``group = n``
 (row ``b * n + i`` = sample ``i`` of image ``b``), nothing is copied per sample.
@@ -8,19 +9,16 @@ modified distribution (logits / temperature, logit processors, top-k, top-p, ren
 but ``token_log_probs`` and ``log_probs`` are the **unmodified** model log-probabilities,
 ``log_softmax(raw logits)`` at the sampled tokens, i.e. exactly what a teacher-forced forward
 of the same model on the sampled captions gives (what self-critical training optimises).
-Sampling runs under the caller's grad mode, so these log-probs can be back-propagated.
+Generation runs under the caller's grad mode, so these log-probs can be back-propagated.
 Legend: B images, n samples per image, R = B * n, V vocab, T steps.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
 from torch import Tensor
 
-from catcap.decoding.greedy import decode_rows
-from catcap.decoding.processors import NEG_INF, DecodeOutput, Processor
+from catcap.decoding.processors import NEG_INF
 
 
 def top_k_filter(scores: Tensor, k: int) -> Tensor:
@@ -54,26 +52,11 @@ def draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     return index[:, 0].clamp_(max=probs.shape[1] - 1)
 
 
-def _picker(top_k: int, top_p: float, generator: torch.Generator | None):
+def sampler(top_k: int, top_p: float, generator: torch.Generator | None):
+    """Sampling's pick for :class:`~catcap.decoding.greedy.RowSearch`: (R, V) processed scores
+    (already divided by the temperature) -> one drawn token per row, from the ``top_k`` best
+    tokens (0 = all) and the nucleus of mass ``top_p`` (1 = all), renormalised."""
     def pick(scores: Tensor) -> Tensor:
         scores = top_p_filter(top_k_filter(scores, top_k), top_p)
         return draw(scores.softmax(dim=1), generator)
     return pick
-
-
-def sample(model, features: Tensor, feature_mask: Tensor, num_samples: int = 1, temperature: float = 1.0,
-           top_k: int = 0, top_p: float = 1.0, max_len: int = 16, processors: Iterable[Processor] = (),
-           generator: torch.Generator | None = None) -> DecodeOutput:
-    """features (B, N, F), mask (B, N) -> ``num_samples`` captions per image, rows image-major:
-    tokens (B*n, T), token_log_probs (B*n, T) under the unmodified model distribution, their sum
-    log_probs (B*n,), mask (B*n, T) True = generated (words and ``<eos>``), lengths (B*n,)."""
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
-    pick = _picker(top_k, top_p, generator)
-    return decode_rows(model, features, feature_mask, num_samples, max_len, processors, pick, temperature)

@@ -20,26 +20,24 @@ PROGRESS_FROM = 32  # a bar for more images than this (a handful of photos capti
 
 @dataclass
 class CaptionJob:
-    """A loaded captioner and what it captions: ``items`` (as given, folders expanded),
-    ``is_file[i]`` (read from pixels, else a key of ``store``), decoding ``beam``, ``max_len``
-    and ``length_penalty``; ``settings`` identify the results (recorded in a partial output)."""
+    """A loaded captioner (or ensemble) and what it captions: ``items`` (as given, folders
+    expanded), ``is_file[i]`` (read from pixels, else a key of ``store``), ``generation`` (a
+    :class:`~catcap.decoding.GenerationConfig`); ``settings`` identify the results (recorded in
+    a partial output)."""
 
     cap: object
     items: list[str]
     is_file: list[bool]
     store: object = None
-    beam: int = 3
-    max_len: int = 20
+    generation: object = None
     settings: dict = field(default_factory=dict)
-    length_penalty: float = 0.0
 
     def batches(self, start: int = 0, *, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
                 threads: Optional[int] = None) -> Iterator[list[Caption]]:
         """Captions of ``items[start:]``, one list per batch, in input order (see
         :func:`catcap.inference.pipeline.caption_batches`)."""
         yield from caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
-                                   beam=self.beam, max_len=self.max_len, length_penalty=self.length_penalty,
-                                   batch_size=batch_size,
+                                   generation=self.generation, batch_size=batch_size,
                                    workers=workers, pipelined=pipelined, threads=threads)
 
     def close(self) -> None:
@@ -47,35 +45,35 @@ class CaptionJob:
             self.store.close()
 
 
-def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None, beam: int = 3, max_len: int = 20,
-            device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None,
-            length_penalty: float = 0.0) -> CaptionJob:
-    """Load the captioner and check the items before anything runs (see ``catcap.api.caption``).
-    ``take``: keeps a part of the expanded items (a shard's block)."""
+def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None, generation=None,
+            device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None) -> CaptionJob:
+    """Load the captioner (several checkpoints: an ensemble) and check the items before anything
+    runs (see ``catcap.api.caption``). ``generation``: a :class:`~catcap.decoding.GenerationConfig`
+    (None: its defaults). ``take``: keeps a part of the expanded items (a shard's block)."""
     from catcap import zoo as model_zoo
-    from catcap.inference.captioner import Captioner
-    from catcap.inference.evaluation import check_beam, check_length_penalty
+    from catcap.decoding import GenerationConfig
+    from catcap.inference.ensemble import load_captioner
 
-    check_beam(beam)
-    check_length_penalty(length_penalty)
-    if max_len < 1:
-        raise ValueError(f"expected --max-len >= 1 (words per caption), found {max_len}")
+    generation = generation or GenerationConfig()
     items = expand_image_folders(items)
     if checkpoint is None:
         checkpoint = model_zoo.default_model(zoo).path
-    folder = model_zoo.locate(checkpoint, zoo)
-    cap = Captioner.from_pretrained(folder, device=device, zoo=zoo)
+    sources = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+    folders = [model_zoo.locate(c, zoo) for c in sources]
+    cap = load_captioner(folders, device=device, zoo=zoo)
     from_pixels = cap.reads_pixels and features is None
     check_caption_items(items, must_exist=from_pixels)
     if take is not None:
         items = take(items)
     is_file = [from_pixels and Path(i).is_file() for i in items]
     store = _open_store(cap, features, [i for i, f in zip(items, is_file) if not f])
-    settings = {"model_sha256": weights_sha256(folder), "beam": beam, "max_len": max_len,
+    shas = [weights_sha256(f) for f in folders]
+    settings = {"model_sha256": shas[0] if len(shas) == 1 else shas, "beam": generation.num_beams,
+                "max_len": generation.max_length,
                 "features": None if all(is_file) else str(features or cap.data_file("features"))}
-    if length_penalty:  # only when set: partial outputs of earlier versions (no such key) still continue
-        settings["length_penalty"] = length_penalty
-    return CaptionJob(cap, items, is_file, store, beam, max_len, settings, length_penalty)
+    # other settings only when changed: partial outputs made with the defaults (no such keys) still continue
+    settings.update({k: v for k, v in generation.changed().items() if k not in ("num_beams", "max_length")})
+    return CaptionJob(cap, items, is_file, store, generation, settings)
 
 
 def _open_store(cap, features: Optional[str], keys_of: list[str]):

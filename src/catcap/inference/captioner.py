@@ -2,12 +2,13 @@
 
     from catcap import Captioner
     cap = Captioner.from_pretrained("runs/demo/best")
-    cap.generate(features)                      # greedy, one caption per image
+    cap.generate(features)                      # beam 3, at most 20 words: GenerationConfig's defaults
     cap.generate(features, num_beams=5, no_repeat_ngram_size=3)
     cap.generate(features, do_sample=True, top_p=0.9, num_return_sequences=5, seed=0)
     cap.generate(images=["photo.jpg"])          # raw images, for models trained on `catcap extract` features
+    out = cap.generate_output(features, output_attentions=True)   # tokens, scores, attention maps
 
-Argument names follow Hugging Face ``generate`` where they exist.
+The settings are those of :class:`~catcap.decoding.GenerationConfig` (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -20,24 +21,11 @@ import torch
 from catcap.config import from_dict
 from catcap.data.collate import pad_regions
 from catcap.data.vocab import Vocab
-from catcap.decoding import beam_search, caption_processors, greedy, sample
+from catcap.decoding import GenerationConfig, GenerationOutput, build_generation_config, generate
 from catcap.training.checkpoint import load_checkpoint
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.distributed import pick_device
 from catcap.training.setup import make_model
-
-BAD_ENDINGS = ("a", "an", "the", "of", "with", "on", "in", "and", "to", "at", "for", "its", "his", "her")
-
-
-def _check_generate_args(num_beams: int, min_length: int, max_length: int, num_return_sequences: int) -> None:
-    """Contradictory or out-of-range ``generate`` arguments, named as the caller wrote them."""
-    if num_beams < 1:
-        raise ValueError(f"num_beams must be >= 1 (1 = greedy), got {num_beams}")
-    if num_return_sequences < 1:
-        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
-    if min_length > max_length:
-        raise ValueError(f"min_length ({min_length} words) is larger than max_length ({max_length} words)")
-
 
 class Captioner:
     """A captioning model ready to caption features (B images, N regions, F width)."""
@@ -70,6 +58,11 @@ class Captioner:
         model.load_state_dict(ckpt["weights"])
         model = model.to(dev) if dtype is None else model.to(dev, dtype=weights_dtype(dtype))
         return cls(model, vocab, cfg, dev, ckpt.get("features"), ckpt.get("workdir"))
+
+    @property
+    def members(self) -> list["Captioner"]:
+        """The captioners whose features are read: this one (an Ensemble has several)."""
+        return [self]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -163,53 +156,45 @@ class Captioner:
                              "features: fix the extraction (catcap's feature stores refuse such values)")
         return features.to(self.device, dtype=self.dtype), feature_mask.to(self.device)
 
+    def inputs(self, features=None, feature_mask=None, images=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """What :meth:`generate` decodes: features (B, N, F) tensor/array or a list of (N_i, F)
+        arrays, or ``images`` (paths or PIL images; the checkpoint's image encoder makes their
+        features) -> checked (B, N, F) features and (B, N) mask on the model's device."""
+        if (features is None) == (images is None):
+            raise ValueError("pass either features or images= to generate")
+        if images is not None:
+            features, feature_mask = self.image_features(images), None
+        return self._batch(features, feature_mask)
+
     @torch.no_grad()
-    def generate(self, features=None, feature_mask=None, *, images=None, num_beams: int = 1, max_length: int = 16,
-                 min_length: int = 0, length_penalty: float = 0.0, no_repeat_ngram_size: int = 0,
-                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 num_return_sequences: int = 1, remove_bad_endings: bool = False,
-                 seed: int | None = None) -> list[str] | list[list[str]]:
+    def generate_output(self, features=None, feature_mask=None, *, images=None,
+                        config: GenerationConfig | None = None, **settings) -> GenerationOutput:
+        """:meth:`generate`'s decoding, returned whole: tokens, log-probabilities, scores and,
+        when asked (``output_attentions=True``, ``output_history_weights=True``), every returned
+        caption's attention maps per step, layer and head (:class:`~catcap.decoding.GenerationOutput`)."""
+        config = build_generation_config(settings, config)
+        feats, mask = self.inputs(features, feature_mask, images)
+        return generate(self.model, feats, mask, config, vocab=self.vocab)
+
+    def generate(self, features=None, feature_mask=None, *, images=None, config: GenerationConfig | None = None,
+                 **settings) -> list[str] | list[list[str]]:
         """Captions for features (B, N, F) tensor/array or a list of (N_i, F) arrays, or for
         ``images`` (paths or PIL images; the checkpoint's image encoder makes their features).
 
-        Returns one string per image, or a list of ``num_return_sequences`` strings per image.
-
-        Differences from Hugging Face ``generate`` (the names follow it where they exist):
-        ``max_length`` / ``min_length`` count *words* (``<eos>`` and ``<bos>`` not included, as the
-        captioning literature's "16 words"); ``length_penalty`` defaults to 0 (beam scores are
-        plain log-probability sums, HF's default is 1: ``sum / length ** length_penalty`` with
-        length = words + ``<eos>``); ``top_k`` defaults to 0 (off; HF: 50); sampling together with
-        beams (HF's beam-sample) is not offered.
+        ``config`` (a :class:`~catcap.decoding.GenerationConfig`) and/or its settings as keywords
+        (``num_beams=5``, ``max_length=16``, ``do_sample=True``, ...; keywords win over
+        ``config``); the defaults are beam 3 and at most 20 words. Returns one string per image,
+        or a list of ``num_return_sequences`` strings per image.
         """
-        if (features is None) == (images is None):
-            raise ValueError("pass either features or images= to generate")
-        _check_generate_args(num_beams, min_length, max_length, num_return_sequences)
-        if do_sample and num_beams > 1:
-            raise ValueError(f"do_sample=True with num_beams={num_beams}: beam-sample decoding is not offered; "
-                             "use do_sample=True (n samples: num_return_sequences) or num_beams alone")
-        if images is not None:
-            features, feature_mask = self.image_features(images), None
-        feats, mask = self._batch(features, feature_mask)
-        v = self.vocab
-        bad = [v.id(w) for w in BAD_ENDINGS if w in v] if remove_bad_endings else []
-        processors = caption_processors(v, min_len=min_length, no_repeat_ngram=no_repeat_ngram_size,
-                                        bad_ending_ids=bad)
-        if do_sample:
-            gen = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
-            out = sample(self.model, feats, mask, num_samples=num_return_sequences, temperature=temperature,
-                         top_k=top_k, top_p=top_p, max_len=max_length, processors=processors, generator=gen)
-        elif num_beams > 1:
-            out = beam_search(self.model, feats, mask, beam_size=num_beams, max_len=max_length,
-                              length_penalty=length_penalty, processors=processors, num_return=num_return_sequences)
-        else:
-            if num_return_sequences != 1:
-                raise ValueError("greedy decoding returns one caption per image; use num_beams or do_sample")
-            out = greedy(self.model, feats, mask, max_len=max_length, processors=processors)
-        texts = [" ".join(v.decode(row)) for row in out.tokens.cpu().tolist()]
-        if num_return_sequences == 1:
+        return self.captions(self.generate_output(features, feature_mask, images=images, config=config, **settings))
+
+    def captions(self, out: GenerationOutput) -> list[str] | list[list[str]]:
+        """A :class:`~catcap.decoding.GenerationOutput`'s captions as text: one string per image,
+        or a list of ``out.group`` strings per image."""
+        texts = [" ".join(self.vocab.decode(row)) for row in out.tokens.cpu().tolist()]
+        if out.group == 1:
             return texts
-        n = num_return_sequences
-        return [texts[i:i + n] for i in range(0, len(texts), n)]
+        return [texts[i:i + out.group] for i in range(0, len(texts), out.group)]
 
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,

@@ -8,26 +8,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from catcap.atomic import write_json_atomic
 from catcap.metrics.evaluate import evaluate_captions
 
-
-def check_beam(beam: int) -> None:
-    if beam < 1:
-        raise ValueError(f"the beam size must be >= 1 (1 = greedy), got {beam}")
+if TYPE_CHECKING:  # imported where used: scoring a result file (catcap.api) never loads torch
+    from catcap.decoding.config import GenerationConfig
 
 
-def check_length_penalty(length_penalty: float) -> None:
-    if not 0.0 <= length_penalty <= 5.0:
-        raise ValueError(f"the length penalty must be between 0 (plain log-probability sums) and 5, "
-                         f"got {length_penalty}; 0.5-1.0 favours longer captions mildly")
-
-
-def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch_size: int = 50,
-                    progress: bool = True, precision: str = "fp32", length_penalty: float = 0.0) -> list[dict]:
+def _decode_records(captioner, records, stores, config: GenerationConfig, *, batch_size: int = 50,
+                    progress: bool = True, precision: str = "fp32") -> list[dict]:
     """COCO-format results for ``records``: [{"image_id", "caption"}] (a progress bar with rate
-    and ETA, in images); ``precision`` bf16/fp16: decoding under that autocast;
-    ``length_penalty``: beam scores ``sum log p / length ** length_penalty`` (0: plain sums)."""
+    and ETA, in images). ``stores``: one feature store per member of ``captioner`` (a
+    :class:`Captioner` has one, an :class:`~catcap.inference.ensemble.Ensemble` one each);
+    ``precision`` bf16/fp16: decoding under that autocast."""
     import torch
 
     from catcap.data.collate import pad_regions
@@ -35,34 +30,40 @@ def _decode_records(captioner, records, store, *, beam: int, max_len: int, batch
     from catcap.training.precision import Precision
 
     results = []
-    bar = progress_bar(total=len(records), desc=f"caption (beam {beam})", unit="img", enabled=progress)
+    bar = progress_bar(total=len(records), desc=f"caption ({config.describe()})", unit="img", enabled=progress)
     with Precision(precision, captioner.device).autocast():
         for i in range(0, len(records), batch_size):
             chunk = records[i:i + batch_size]
-            regions = [torch.from_numpy(store.get(r.key).regions) for r in chunk]
-            feats, mask, _ = pad_regions(regions, [None] * len(regions))
-            texts = captioner.generate(feats, mask, num_beams=beam, max_length=max_len,
-                                       length_penalty=length_penalty)
+            inputs = []
+            for store in stores:
+                feats, mask, _ = pad_regions([torch.from_numpy(store.get(r.key).regions) for r in chunk],
+                                             [None] * len(chunk))
+                inputs.append((feats, mask))
+            texts = captioner.generate(*inputs[0], config=config) if len(inputs) == 1 \
+                else captioner.generate(member_features=inputs, config=config)
             results += [{"image_id": r.image_id, "caption": t} for r, t in zip(chunk, texts)]
             bar.update(len(chunk))
     bar.close()
     return results
 
 
-def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: int = 5, max_len: int = 20,
+def evaluate_checkpoint(checkpoint, *, split: str = "test", generation: GenerationConfig | None = None,
                         metrics=None, dataset: str | None = None, features: str | None = None,
                         save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
                         device: str = "auto", progress: bool = True, shard=None, dtype=None,
-                        precision: str = "fp32", length_penalty: float = 0.0):
+                        precision: str = "fp32", combine: str = "mean_log_prob"):
     """Caption a split with a trained model and score it like a COCO result file.
 
-    Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
+    ``checkpoint``: a checkpoint or zoo folder (or name), or a list of them: an
+    :class:`~catcap.inference.ensemble.Ensemble` of those models, each reading its own
+    checkpoint's feature store (``features`` replaces every member's), combined as ``combine``
+    says (:mod:`catcap.decoding.ensemble`). ``generation``: how the
+    captions are decoded (default :class:`~catcap.decoding.GenerationConfig`: beam 3, at most 20
+    words). Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
     ``device``: auto | cpu | cuda. ``dtype`` (fp32 | bf16 | fp16, default fp32): the weights'
     dtype while decoding (:meth:`Captioner.from_pretrained`; bf16 is the fast one on CPUs with
     bf16 instructions, docs/distributed.md). ``precision`` (fp32 | bf16 | fp16): decoding under
     that autocast, the weights kept as they are (as ``catcap train --precision`` validates).
-    ``length_penalty`` (beam search only): hypotheses ranked by ``sum log p / length ** lp``
-    (length counts ``<eos>``); 0, the default, ranks by plain log-probability sums.
     ``shard`` (a :class:`~catcap.sharding.Shard` or ``"I/N"``;
     None: the whole split; the CLI passes torchrun's rank, :func:`~catcap.sharding.resolve_shard`) captions one contiguous block of the split into the part
     :func:`~catcap.sharding.part_path` of ``save_results`` (then required). Scores need every
@@ -71,29 +72,28 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     ``(None, results)`` and the parts are joined by ``catcap merge`` and scored by
     ``catcap evaluate --results``.
     """
-    from catcap.inference.captioner import Captioner
     from catcap.data.datasets import validate_dataset
     from catcap.data.features import open_feature_store
+    from catcap.decoding.config import GenerationConfig
     from catcap.data.karpathy import load_karpathy
+    from catcap.inference.ensemble import load_captioner
     from catcap.sharding import Shard, parse_shard, part_path
 
-    check_beam(beam)
-    check_length_penalty(length_penalty)
-    if max_len < 1:
-        raise ValueError(f"the longest caption (--max-len) must be >= 1 word, got {max_len}")
+    config = generation or GenerationConfig()
     which = shard if isinstance(shard, Shard) else parse_shard(shard) if shard else Shard()
     if not which.whole and not save_results:
         raise ValueError(f"a sharded evaluation (shard {which}) needs --save-results RESULTS.json: each shard "
                          "writes its part of the captions there, and the scores come from the merged file")
-    cap = Captioner.from_pretrained(checkpoint, device=device, dtype=dtype)
-    dataset = dataset or cap.data_file("dataset")
-    features = features or cap.data_file("features")
+    cap = load_captioner(checkpoint, device=device, dtype=dtype, combine=combine)
+    dataset = dataset or cap.members[0].data_file("dataset")
     records = load_karpathy(dataset, [split])[split]
-    store = cap.reading(open_feature_store(features))
     mine = which.take(records)
-    validate_dataset(mine, store, cap.config.model.input_dim)
-    results = _decode_records(cap, mine, store, beam=beam, max_len=max_len, progress=progress,
-                              precision=precision, length_penalty=length_penalty)
+    stores = []
+    for member in cap.members:
+        store = member.reading(open_feature_store(features or member.data_file("features")))
+        validate_dataset(mine, store, member.config.model.input_dim)
+        stores.append(store)
+    results = _decode_records(cap, mine, stores, config, progress=progress, precision=precision)
     if save_results:
         write_json_atomic(part_path(save_results, which), results)
     if not which.whole:

@@ -125,11 +125,11 @@ def read_batches(items: Sequence[str], is_file: Sequence[bool], input_size: int,
 
 
 class Stages:
-    """Stages 2 and 3 for one captioner: ``encode`` a read batch, ``decode`` an encoded one."""
+    """Stages 2 and 3 for one captioner (or ensemble): ``encode`` a read batch, ``decode`` an
+    encoded one as ``generation`` (a :class:`~catcap.decoding.GenerationConfig`; None: its defaults) says."""
 
-    def __init__(self, cap, *, store=None, beam: int = 3, max_len: int = 20, length_penalty: float = 0.0):
-        self.cap, self.store, self.beam, self.max_len = cap, store, beam, max_len
-        self.length_penalty = length_penalty
+    def __init__(self, cap, *, store=None, generation=None):
+        self.cap, self.store, self.generation = cap, store, generation
 
     @torch.inference_mode()
     def encode(self, items: Sequence[str], batch) -> EncodedBatch:
@@ -152,11 +152,10 @@ class Stages:
         return EncodedBatch(start, [items[i] for i, _, _ in batch], feats, errors)
 
     def decode(self, batch: EncodedBatch) -> list[Caption]:
-        """Encoded batch -> one :class:`Caption` per item, in order (beam search over the
-        readable ones as one batch)."""
+        """Encoded batch -> one :class:`Caption` per item, in order (the readable ones decoded
+        as one batch)."""
         good = [j for j, f in enumerate(batch.features) if f is not None]
-        texts = self.cap.generate([batch.features[j] for j in good], num_beams=self.beam, max_length=self.max_len,
-                                  length_penalty=self.length_penalty) if good else []
+        texts = self.cap.generate([batch.features[j] for j in good], config=self.generation) if good else []
         by_index = dict(zip(good, texts))
         return [Caption(item, by_index.get(j), batch.errors[j]) for j, item in enumerate(batch.items)]
 
@@ -215,11 +214,12 @@ def in_background(produce: Callable[[], Iterator], *, maxsize: int = QUEUE_BATCH
         worker.join(timeout=10)
 
 
-def caption_batches(cap, items: Sequence[str], is_file: Sequence[bool], *, store=None, beam: int = 3,
-                    max_len: int = 20, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
-                    threads: Optional[int] = None, length_penalty: float = 0.0) -> Iterator[list[Caption]]:
+def caption_batches(cap, items: Sequence[str], is_file: Sequence[bool], *, store=None, generation=None,
+                    batch_size: int = 16, workers: int = 2, pipelined: bool = True,
+                    threads: Optional[int] = None) -> Iterator[list[Caption]]:
     """Caption ``items`` (``is_file[i]``: an image file to read, else a key of ``store``) in
-    batches of ``batch_size``; yields each batch's :class:`Caption` list in input order.
+    batches of ``batch_size``, decoded as ``generation`` says (a
+    :class:`~catcap.decoding.GenerationConfig`); yields each batch's :class:`Caption` list in input order.
 
     ``pipelined`` (default): stages 1-3 overlap (module doc); else one after the other in
     this thread (and JPEGs read here, not in worker processes)."""
@@ -231,7 +231,7 @@ def caption_batches(cap, items: Sequence[str], is_file: Sequence[bool], *, store
         return
     if len(items) <= batch_size:
         workers = 0  # one batch: starting worker processes would cost more than they save
-    stages = Stages(cap, store=store, beam=beam, max_len=max_len, length_penalty=length_penalty)
+    stages = Stages(cap, store=store, generation=generation)
     input_size = cap.image_encoder.input_size if any(is_file) else 0
 
     def encoded() -> Iterator[EncodedBatch]:

@@ -3,6 +3,7 @@
     memory, mask = model.encode(features, feature_mask)     # once per image
     state = model.init_state(memory, mask, group=G)         # G hypotheses per image
     logits, state = model.step(tokens, state)               # tokens (B*G,), logits (B*G, V)
+    logits, state, extras = model.step_with_extras(tokens, state)  # ... and each layer's attention
     state = state.reorder(index)                            # beam search (keep/permute hypotheses)
     state = state.reorder(index, group=K)                   # ... and change G (beam's first step)
 
@@ -42,3 +43,9 @@ class CaptionModel(nn.Module):
         """One decoding step for every hypothesis: tokens (B*G,) -> logits (B*G, V), next state."""
         logits, state, _ = self.decoder.step(tokens, state)
         return logits, state
+
+    def step_with_extras(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState, list[dict]]:
+        """:meth:`step` plus the decoder's extras, one dict per layer: ``region_attention``
+        (B*G, H, 1, N), ``history_attention`` (B*G, H, 1, M), ``history_weight`` (B*G, H, 1)
+        of this step, each None or absent where the layer's cross attention has none."""
+        return self.decoder.step(tokens, state)

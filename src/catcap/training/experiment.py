@@ -29,7 +29,8 @@ class TrainConfig:
     ``xe_then_scst`` (switch when validation CIDEr-D stalls, ``scst.switch_patience``).
     ``grad_clip`` (0 = off) bounds the global gradient norm, or with ``grad_clip_mode: value``
     every gradient element (the LSTM anchors' rule; AoANet's recipe clamps at 0.1).
-    ``val_beam``: beam size of validation decoding (1 = greedy; the paper evaluates with 5).
+    ``val_beam``: beam size of validation decoding (1 = greedy; the paper evaluates with 5);
+    ``val_beam`` and ``val_max_len`` make validation's GenerationConfig (:meth:`validation_generation`).
     ``awc`` also applies during SCST only when ``scst`` is asked to keep it (off by default).
     ``device``: auto (CUDA when available) | cpu | cuda. ``precision``: fp32 | bf16 | fp16
     (autocast; fp16 with a gradient scaler; ``catcap.training.precision``). ``accumulate``: each
@@ -75,8 +76,10 @@ class TrainConfig:
 
         check_at_least("train", self, {"epochs": 1, "batch_size": 1, "eval_batch_size": 1, "label_smoothing": 0.0,
                                        "grad_clip": 0.0, "num_workers": 0, "save_every": 0, "max_steps": 0,
-                                       "log_every": 1, "val_max_len": 1, "val_beam": 1, "accumulate": 1})
+                                       "log_every": 1, "accumulate": 1})
         from catcap.config import ConfigError
+
+        self.validation_generation()  # train.val_beam / val_max_len checked as generation settings
 
         if self.label_smoothing >= 1:
             raise ConfigError(f"train.label_smoothing must be < 1, found {self.label_smoothing!r}")
@@ -84,6 +87,14 @@ class TrainConfig:
             raise ConfigError(f"train.accumulate ({self.accumulate} micro-batches) is larger than train.batch_size "
                               f"({self.batch_size}): every micro-batch needs at least one caption; use "
                               "train.accumulate <= train.batch_size")
+
+    def validation_generation(self):
+        """Validation's :class:`~catcap.decoding.GenerationConfig`: beam ``val_beam`` (1 = greedy),
+        at most ``val_max_len`` words; a bad value is a ConfigError naming the YAML key."""
+        from catcap.decoding.config import build_generation_config
+
+        return build_generation_config({"num_beams": self.val_beam, "max_length": self.val_max_len},
+                                       names={"num_beams": "train.val_beam", "max_length": "train.val_max_len"})
 
 
 @dataclass

@@ -395,8 +395,8 @@ class Trainer:
         """Score the current weights on the validation split; log ``record`` + the scores to
         log.jsonl and ``what: val ...`` to the console; returns the corpus scores."""
         t = self.cfg.train
-        ev, _ = validate(self.model, self.data.val, self.data.vocab, self.device, t.eval_batch_size, t.val_max_len,
-                         progress=t.progress, beam=t.val_beam, ctx=self.dist, autocast=self.precision.autocast)
+        ev, _ = validate(self.model, self.data.val, self.data.vocab, self.device, t.eval_batch_size,
+                         t.validation_generation(), progress=t.progress, ctx=self.dist, autocast=self.precision.autocast)
         self._log_json({"kind": "val", **record, **ev.corpus})
         self.log(f"[catcap] {what}: val " + ", ".join(f"{k} {v:.3f}" for k, v in ev.corpus.items()))
         return ev.corpus

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from catcap.decoding import beam_search, caption_processors, greedy, sample
+from catcap.decoding import GenerationConfig, build_generation_config, generate
 
 BASELINES = ("greedy", "mean", "beam")
 
@@ -57,8 +57,24 @@ class SCSTConfig:
         if self.num_samples < 2 and self.baseline in ("mean", "beam"):
             raise ConfigError(f"train.scst.num_samples must be >= 2 for the {self.baseline!r} baseline, "
                               f"found {self.num_samples}")
-        if self.num_samples < 1 or self.max_len < 1:
-            raise ConfigError(f"train.scst.num_samples and max_len must be >= 1, found {self.num_samples}, {self.max_len}")
+        self.generation()
+        self.greedy_generation()
+
+    def generation(self) -> GenerationConfig:
+        """How the n captions per image are drawn: ``num_samples`` samples (``baseline`` greedy or
+        mean) or the ``num_samples`` beams of a beam search (``beam``), at most ``max_len`` words."""
+        names = {"num_beams": "train.scst.num_samples", "num_return_sequences": "train.scst.num_samples",
+                 "max_length": "train.scst.max_len"}
+        if self.baseline == "beam":
+            return build_generation_config({"num_beams": self.num_samples, "num_return_sequences": self.num_samples,
+                                            "max_length": self.max_len}, names=names)
+        return build_generation_config({"do_sample": True, "num_return_sequences": self.num_samples,
+                                        "max_length": self.max_len}, names=names)
+
+    def greedy_generation(self) -> GenerationConfig:
+        """The greedy captions of the ``greedy`` baseline."""
+        return build_generation_config({"num_beams": 1, "max_length": self.max_len},
+                                       names={"max_length": "train.scst.max_len"})
 
 
 def advantages(rewards: np.ndarray, baseline: str, greedy_rewards: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -81,20 +97,16 @@ def advantages(rewards: np.ndarray, baseline: str, greedy_rewards: np.ndarray | 
     return base, rewards - base
 
 
-def draw_captions(model, features: Tensor, feature_mask: Tensor, cfg: SCSTConfig, processors):
-    """The n captions per image that SCST learns from (no grad, eval mode): a DecodeOutput with
-    rows image-major, plus the greedy captions' tokens for the greedy baseline (else None)."""
+def draw_captions(model, features: Tensor, feature_mask: Tensor, cfg: SCSTConfig, vocab):
+    """The n captions per image that SCST learns from (no grad, eval mode), with the caption
+    rules of generation (never ``<pad>``, ``<bos>``, ``<unk>``): a GenerationOutput with rows
+    image-major, plus the greedy captions' tokens for the greedy baseline (else None)."""
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            if cfg.baseline == "beam":
-                out = beam_search(model, features, feature_mask, beam_size=cfg.num_samples, max_len=cfg.max_len,
-                                  processors=processors, num_return=cfg.num_samples)
-            else:
-                out = sample(model, features, feature_mask, num_samples=cfg.num_samples, max_len=cfg.max_len,
-                             processors=processors)
-            best = greedy(model, features, feature_mask, max_len=cfg.max_len, processors=processors).tokens \
+            out = generate(model, features, feature_mask, cfg.generation(), vocab=vocab)
+            best = generate(model, features, feature_mask, cfg.greedy_generation(), vocab=vocab).tokens \
                 if cfg.baseline == "greedy" else None
     finally:
         model.train(was_training)
@@ -119,12 +131,6 @@ def sequence_log_probs(model, features: Tensor, feature_mask: Tensor, tokens: Te
     with torch.no_grad():
         entropy = -(log_probs.exp() * log_probs).sum(-1).masked_fill(~mask, 0.0)
     return chosen, entropy, extras, input_mask
-
-
-def scst_processors(vocab) -> tuple:
-    """Tokens a sampled caption never contains: ``<pad>``, ``<bos>``, ``<unk>`` (the same rule as
-    validation and generation, :func:`~catcap.decoding.caption_processors`)."""
-    return caption_processors(vocab)
 
 
 def chosen_mask(mask: Tensor, max_len: int) -> Tensor:
@@ -153,8 +159,7 @@ def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None, score=N
     input mask, awc value or None) replaces the scoring pass (the trainer passes its
     :class:`~catcap.training.objective.Objective`, possibly wrapped in DDP); ``awc`` is then unused.
     """
-    processors = scst_processors(vocab)
-    out, best = draw_captions(model, batch.features, batch.feature_mask, cfg, processors)
+    out, best = draw_captions(model, batch.features, batch.feature_mask, cfg, vocab)
     b, n = batch.features.shape[0], cfg.num_samples
     words = [vocab.decode(row.tolist()) for row in out.tokens.cpu()]
     image_of = np.repeat(np.arange(b), n)

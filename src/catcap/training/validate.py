@@ -16,18 +16,19 @@ from torch.utils.data import DataLoader, Subset
 from catcap.data.collate import collate_images
 from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
-from catcap.decoding import beam_search, caption_processors, greedy
+from catcap.decoding import GenerationConfig, generate
 from catcap.metrics.evaluate import Evaluation, evaluate_tokenized
 from catcap.progress import progress_bar
 from catcap.training.distributed import DistContext, gather_rows
 
 
 @torch.no_grad()
-def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progress: bool = False, beam: int = 1,
-                  autocast=None, processors=()) -> list[torch.Tensor]:
-    """Generated token ids (1-D, without ``<bos>``) of every item of ``dataset``, in order,
-    greedy (beam 1) or by beam search; ``autocast``: a context manager factory (reduced precision);
-    ``processors``: decoding rules (:func:`~catcap.decoding.caption_processors`)."""
+def decode_tokens(model, dataset, device, batch_size: int, generation: GenerationConfig, progress: bool = False,
+                  autocast=None, vocab: Vocab | None = None) -> list[torch.Tensor]:
+    """Generated token ids (1-D, without ``<bos>``) of every item of ``dataset``, in order, decoded
+    as ``generation`` says (one caption per image); ``autocast``: a context manager factory
+    (reduced precision); ``vocab``: the caption rules of ``catcap evaluate`` apply (never
+    ``<unk>``; :func:`~catcap.decoding.generate`), without it the model decodes unrestricted."""
     model.eval()
     # its own generator: a DataLoader draws a seed from the global RNG for every pass, which
     # would shift the training's dropout stream by one draw per validation
@@ -37,27 +38,23 @@ def decode_tokens(model, dataset, device, batch_size: int, max_len: int, progres
     for batch in progress_bar(loader, desc="validate", unit="batch", enabled=progress, leave=False):
         batch = batch.to(device)
         with (autocast or nullcontext)():
-            if beam > 1:
-                out = beam_search(model, batch.features, batch.feature_mask, beam_size=beam, max_len=max_len,
-                                  processors=processors)
-            else:
-                out = greedy(model, batch.features, batch.feature_mask, max_len=max_len, processors=processors)
+            out = generate(model, batch.features, batch.feature_mask, generation, vocab=vocab)
         rows.extend(out.tokens.cpu())
     return rows
 
 
-def decode_split(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, max_len: int,
-                 progress: bool = False, beam: int = 1, ctx: DistContext | None = None,
+def decode_split(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, generation: GenerationConfig,
+                 progress: bool = False, ctx: DistContext | None = None,
                  autocast=None) -> tuple[list, list[list[str]], list[list[list[str]]]]:
     """Captions of every image: (image ids, candidate tokens, reference tokens), in dataset order,
-    decoded with the rules of ``catcap evaluate`` (:func:`~catcap.decoding.caption_processors`).
-    With a distributed ``ctx``, each rank decodes its shard and the results are gathered."""
+    decoded as ``generation`` says with the rules of ``catcap evaluate`` (never ``<pad>``,
+    ``<bos>``, ``<unk>``). With a distributed ``ctx``, each rank decodes its shard and the
+    results are gathered."""
     ctx = ctx or DistContext()
     n = len(dataset)
     mine = list(range(ctx.rank, n, ctx.world))
     part = dataset if not ctx.enabled else Subset(dataset, mine)
-    rows = decode_tokens(model, part, device, batch_size, max_len, progress and ctx.is_main, beam, autocast,
-                         caption_processors(vocab))
+    rows = decode_tokens(model, part, device, batch_size, generation, progress and ctx.is_main, autocast, vocab)
     tokens = _in_dataset_order(rows, mine, n, ctx, vocab.pad_id)
     ids = [r.image_id for r in dataset.records]
     refs = [[list(c) for c in r.captions] for r in dataset.records]
@@ -83,9 +80,9 @@ def _in_dataset_order(rows: list[torch.Tensor], mine: list[int], n: int, ctx: Di
     return ordered
 
 
-def validate(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, max_len: int,
-             metrics=("bleu", "rouge", "cider"), progress: bool = False, beam: int = 1,
+def validate(model, dataset: ImageDataset, vocab: Vocab, device, batch_size: int, generation: GenerationConfig,
+             metrics=("bleu", "rouge", "cider"), progress: bool = False,
              ctx: DistContext | None = None, autocast=None) -> tuple[Evaluation, list[list[str]]]:
-    """Decode and evaluate (Java-free metrics by default, so validation stays fast)."""
-    ids, cands, refs = decode_split(model, dataset, vocab, device, batch_size, max_len, progress, beam, ctx, autocast)
+    """Decode as ``generation`` says and evaluate (Java-free metrics by default, so validation stays fast)."""
+    ids, cands, refs = decode_split(model, dataset, vocab, device, batch_size, generation, progress, ctx, autocast)
     return evaluate_tokenized(ids, cands, refs, metrics), cands

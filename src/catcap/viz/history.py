@@ -68,6 +68,11 @@ def resolve_layer(captioner, layer: int) -> int:
     return layer % n
 
 
+def _own_entry(captioner) -> bool:
+    """Whether a step's history holds its own entry (every strategy but ``ihc``)."""
+    return captioner.config.model.history.strategy != "ihc"
+
+
 def _split_records(dataset: str | Path, split: str):
     from catcap.data.karpathy import load_karpathy
 
@@ -83,7 +88,7 @@ def _data_paths(captioner, dataset, features) -> tuple[str, str]:
     return dataset, features
 
 
-# -- the decoding loop -----------------------------------------------------------------------
+# -- the traced decoding -----------------------------------------------------------------------
 
 @dataclass
 class _Trace:
@@ -102,58 +107,31 @@ class _Trace:
     entries: list[int]
 
 
-def _processors(vocab):
-    from catcap.decoding.processors import build_processors
-
-    return build_processors(vocab.eos_id, suppress_ids=[vocab.pad_id, vocab.bos_id, vocab.unk_id])
-
-
 @torch.no_grad()
 def trace_greedy(model, features: torch.Tensor, feature_mask: torch.Tensor, layer: int, max_len: int,
-                 processors=(), keep_maps: bool = False) -> _Trace:
-    """Greedy decoding (as :func:`catcap.decoding.greedy`) recording ``model.decoder.step``'s
-    extras of decoder layer ``layer``; ``keep_maps`` also keeps the attention maps."""
-    from catcap.decoding.greedy import check_inputs, step_scores
+                 vocab=None, keep_maps: bool = False, own_entry: bool = True) -> _Trace:
+    """Greedy decoding (:func:`catcap.decoding.generate`, the caption rules of ``vocab``) with
+    the history weights of decoder layer ``layer`` read from its output
+    (``output_history_weights``); ``keep_maps`` also keeps the attention maps
+    (``output_attentions``). ``own_entry``: the layer's history holds the current step's own
+    entry (chc, ohc; not ihc), so step s sees s + 1 entries."""
+    from catcap.decoding import GenerationConfig, generate
 
-    check_inputs(features, feature_mask, max_len)
     model.eval()
-    memory, memory_mask = model.encode(features, feature_mask)
-    state = model.init_state(memory, memory_mask, group=1)
-    rows = features.shape[0]
-    tokens = torch.full((rows,), model.bos_id, dtype=torch.long, device=features.device)
-    finished = torch.zeros(rows, dtype=torch.bool, device=features.device)
-    history = tokens.new_empty(rows, 0)
-    actives, weights, regions, hists, entries = [], [], [], [], []
-    for step in range(max_len + 1):
-        logits, state, extras = model.decoder.step(tokens, state)
-        extra = extras[layer]
-        if extra.get("history_weight") is None:
-            raise ValueError(f"decoder layer {layer} reports no history weight (its cross attention returned "
-                             f"extras {sorted(extra)}); expected a caca / light_caca cross attention")
-        weights.append(extra["history_weight"][:, :, 0].float())  # (B, H)
-        if keep_maps:
-            reg = extra.get("region_attention")
-            regions.append(None if reg is None else reg[:, :, 0].float().mean(1))  # (B, N)
-            hist = extra.get("history_attention")
-            hists.append(None if hist is None else hist[:, :, 0].float().mean(1))  # (B, M)
-        entries.append(0 if extra.get("history_attention") is None else extra["history_attention"].shape[-1])
-        _, scores = step_scores(model, logits, history, finished, step, max_len, processors)
-        tokens = scores.argmax(dim=-1)
-        actives.append(~finished)
-        history = torch.cat([history, tokens[:, None]], dim=1)
-        finished = finished | (tokens == model.eos_id)
-        if bool(finished.all()):
-            break
-    steps = len(weights)
-    region = history_maps = None
+    config = GenerationConfig(num_beams=1, max_length=max_len, output_history_weights=True, output_attentions=keep_maps)
+    out = generate(model, features, feature_mask, config, vocab=vocab)
+    if out.history_weights is None:
+        raise ValueError(f"decoder layer {layer} reports no history weight; expected a caca / light_caca cross "
+                         "attention")
+    steps = out.tokens.shape[1]
+    region = history = None
     if keep_maps:
-        if all(r is not None for r in regions):
-            region = torch.stack(regions, 1)
-        history_maps = memory.new_zeros(rows, steps, steps)
-        for s, h in enumerate(hists):
-            if h is not None:
-                history_maps[:, s, : h.shape[-1]] = h
-    return _Trace(history, torch.stack(actives, 1), torch.stack(weights, 2), region, history_maps, entries)
+        if out.region_attentions is not None:
+            region = out.region_attentions[:, :, layer].mean(2)  # (B, S, N), head-averaged
+        maps = out.history_attentions[:, :, layer].mean(2)  # (B, S, M)
+        history = torch.nn.functional.pad(maps, (0, steps - maps.shape[-1]))[:, :, :steps]
+    entries = [s + 1 if own_entry else s for s in range(steps)]
+    return _Trace(out.tokens, out.mask, out.history_weights[:, :, layer].permute(0, 2, 1), region, history, entries)
 
 
 def _batch_features(store, records) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,7 +228,6 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
     records = _split_records(dataset, split)[:limit]
     store = cap.reading(open_feature_store(features))
     check_features(store, [r.key for r in records], cap.config.model.input_dim)
-    processors = _processors(cap.vocab)
     heads = history_heads(cap.config.model)  # level-heads in a meshed (M2) decoder
     sums = np.zeros((heads, max_len + 1))
     counts = np.zeros(max_len + 1, dtype=np.int64)
@@ -259,7 +236,8 @@ def collect_history_weights(checkpoint, *, split: str = "val", limit: int | None
     for i in range(0, len(records), batch_size):
         chunk = records[i:i + batch_size]
         feats, mask = _batch_features(store, chunk)
-        trace = trace_greedy(cap.model, feats.to(cap.device), mask.to(cap.device), index, max_len, processors)
+        trace = trace_greedy(cap.model, feats.to(cap.device), mask.to(cap.device), index, max_len, cap.vocab,
+                             own_entry=_own_entry(cap))
         active = trace.active.clone()
         if not include_eos:
             active &= trace.tokens != cap.model.eos_id
@@ -390,7 +368,7 @@ def image_attention(checkpoint, image_id: str | int | None = None, *, split: str
         item = store.get(rec.key)
     feats = torch.from_numpy(item.regions)[None].to(cap.device)
     mask = torch.ones(feats.shape[:2], dtype=torch.bool, device=cap.device)
-    trace = trace_greedy(cap.model, feats, mask, index, max_len, _processors(cap.vocab), keep_maps=True)
+    trace = trace_greedy(cap.model, feats, mask, index, max_len, cap.vocab, keep_maps=True, own_entry=_own_entry(cap))
     steps = int(trace.active[0].sum())
     ids = trace.tokens[0, :steps].tolist()
     tokens = [cap.vocab.word(i) for i in ids]

@@ -165,6 +165,7 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
     from starlette.datastructures import UploadFile
 
+    from catcap.decoding import GenerationConfig
     from catcap.web.serve_model import PhotoCaptioner, model_loads
 
     limits = (limits or Limits()).check()
@@ -226,8 +227,9 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
 
     async def read_form(form):
         """A parsed form -> (bytes, file name, beam, max_length); UploadError for a bad one."""
-        beam = _int_field(form, "beam", 3, 1, limits.max_beam, "the beam size")
-        max_length = _int_field(form, "max_length", 20, 1, limits.max_words, "the max length")
+        default = GenerationConfig()  # the page's defaults are generation's (beam 3, 20 words)
+        beam = _int_field(form, "beam", default.num_beams, 1, limits.max_beam, "the beam size")
+        max_length = _int_field(form, "max_length", default.max_length, 1, limits.max_words, "the max length")
         upload, sample_name = form.get("image"), form.get("sample")
         if isinstance(upload, UploadFile):
             check_declared_type(upload.content_type, upload.filename)
@@ -255,7 +257,7 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
                 t0 = time.perf_counter()
                 rgb = decode_image(image, name)
                 decoded = time.perf_counter()
-                result = model.caption(rgb, beam=beam, max_length=max_length)
+                result = model.caption(rgb, GenerationConfig(num_beams=beam, max_length=max_length))
                 result["timings_ms"] = {"queue": 1000 * queue_s, "decode": 1000 * (decoded - t0),
                                         **result["timings_ms"]}
                 return result

@@ -3,13 +3,12 @@ per-word attention out (no web code here; :mod:`catcap.web.serve` is the server)
 
 A photo goes through the image encoder that made the checkpoint's training features (ONNX
 Runtime when available, else PyTorch; the same features to ~3e-5), then
-:meth:`catcap.Captioner.generate` captions it exactly as ``catcap caption`` does. The attention
+:meth:`catcap.Captioner.generate_output` captions it exactly as ``catcap caption`` does, asked
+for the attention too (``output_attentions``, ``output_history_weights``). The attention
 shown for each word is the data ``catcap analyze`` records (:func:`catcap.viz.history.trace_greedy`):
 decoder layer ``layer``'s final-pass weights over the image regions, its history weight
-``a_k`` and its weights over the history entries, head-averaged. They are recorded by feeding
-the chosen caption back through ``decoder.step`` one token at a time (the caption is forced,
-so a beam-search caption gets the attention its own steps had; for greedy captions this is
-exactly ``trace_greedy``'s record).
+``a_k`` and its weights over the history entries, head-averaged, at the step that chose the
+word (for a beam-search caption: the steps of the returned beam, followed through the reorders).
 
 Legend: N regions (grid cells), T output tokens (the words, then ``<eos>``), H heads.
 """
@@ -55,52 +54,25 @@ class WordAttention:
     history_labels: list[list[str]] | None
 
 
-def _mean_heads(x: torch.Tensor | None) -> torch.Tensor | None:
-    """(R, H, 1, M) step attention -> (R, M) head average (None stays None)."""
-    return None if x is None else x[:, :, 0].float().mean(1)
+def word_attention(out, layer: int, num_layers: int, tokens: list[str], own_entry: bool = True) -> WordAttention:
+    """The first caption of a :class:`~catcap.decoding.GenerationOutput` made with
+    ``output_attentions`` and ``output_history_weights`` -> decoder layer ``layer``'s
+    head-averaged :class:`WordAttention` over its T = len(tokens) steps (a field the decoder
+    does not report is None). ``own_entry``: step k's history holds its own entry (all but ihc)."""
+    steps = len(tokens)
 
+    def per_step(x):  # (R, T, L, H, ...) -> (T, ...) of caption 0, layer ``layer``, head-averaged
+        return None if x is None else x[0, :steps, layer].float().mean(1).cpu().numpy()
 
-@torch.no_grad()
-def forced_trace(model, features: torch.Tensor, feature_mask: torch.Tensor, tokens: list[int],
-                 layer: int = -1) -> tuple[list[dict], int]:
-    """Feed ``<bos>, tokens[:-1]`` through ``model.decoder.step`` (one image: features (1, N, F),
-    mask (1, N)) and keep decoder layer ``layer``'s extras at each of the len(tokens) steps,
-    reduced to one image and head-averaged: dicts with ``history_weight`` (float), ``region``
-    (N,) and ``history`` (M_k,) (absent keys: the layer does not report them). Returns
-    (per-step dicts, number of layers)."""
-    model.eval()
-    memory, memory_mask = model.encode(features, feature_mask)
-    state = model.init_state(memory, memory_mask, group=1)
-    feed = torch.tensor([model.bos_id] + tokens[:-1], dtype=torch.long, device=features.device)
-    steps, layers = [], 0
-    for k in range(len(tokens)):
-        _, state, extras = model.decoder.step(feed[k:k + 1], state)
-        layers = len(extras)
-        extra = extras[layer] if extras else {}
-        record = {}
-        if extra.get("history_weight") is not None:
-            record["history_weight"] = float(extra["history_weight"][0, :, 0].float().mean().clamp(0.0, 1.0))
-        for name, key in (("region", "region_attention"), ("history", "history_attention")):
-            mean = _mean_heads(extra.get(key))
-            if mean is not None:
-                record[name] = mean[0].cpu().numpy()
-        steps.append(record)
-    return steps, layers
-
-
-def word_attention(steps: list[dict], layers: int, layer: int, tokens: list[str]) -> WordAttention:
-    """Per-step records of :func:`forced_trace` -> :class:`WordAttention` (a field is None
-    unless every step has it)."""
-    def every(key):
-        return all(key in s for s in steps) and bool(steps)
-
+    regions, maps = per_step(out.region_attentions), per_step(out.history_attentions)
+    weights = None if out.history_weights is None else \
+        out.history_weights[0, :steps, layer].float().mean(-1).clamp(0.0, 1.0).cpu().numpy()
     inputs = ["<bos>"] + tokens[:-1]
-    history = [s["history"] for s in steps] if every("history") else None
+    entries = [k + 1 if own_entry else k for k in range(steps)]
+    history = None if maps is None else [maps[k, :entries[k]] for k in range(steps)]
     return WordAttention(
-        layer=layer % max(layers, 1), num_layers=layers,
-        regions=np.stack([s["region"] for s in steps]) if every("region") else None,
-        history_weight=np.array([s["history_weight"] for s in steps]) if every("history_weight") else None,
-        history=history, history_labels=None if history is None else [inputs[:len(h)] for h in history])
+        layer=layer % max(num_layers, 1), num_layers=num_layers, regions=regions, history_weight=weights,
+        history=history, history_labels=None if history is None else [inputs[:n] for n in entries])
 
 
 def make_pixel_encoder(features_meta: dict, backend: str = "auto", device: torch.device | None = None):
@@ -150,8 +122,9 @@ class PhotoCaptioner:
         self.encoder, self.backend = make_pixel_encoder(self.captioner.features_meta, backend, self.captioner.device)
         self.layer = layer
         cfg = self.captioner.config.model
-        from catcap.models.parts import model_name
+        from catcap.models.parts import history_layers, model_name
 
+        self.num_layers = history_layers(cfg)  # decoder layers (1 for a recurrent decoder)
         self.info = {"checkpoint": self.checkpoint, "name": model_name(cfg), "cross_attention": cfg.cross_attention,
                      "strategy": cfg.history.strategy, "awc": bool(self.captioner.config.train.awc.enabled),
                      "d_model": cfg.d_model, "encoder": self.encoder.name, "backend": self.backend,
@@ -166,22 +139,26 @@ class PhotoCaptioner:
         return images_to_features(self.encoder, [image], self.captioner.device, self.captioner.config.model)[0]
 
     @torch.no_grad()
-    def caption(self, image, *, beam: int = 3, max_length: int = 20) -> dict:
+    def caption(self, image, generation=None) -> dict:
         """One RGB PIL image -> {caption, words, tokens, attention (WordAttention), boxes (N, 4)
-        pixel x1, y1, x2, y2 of the grid cells in this image, timings_ms}."""
+        pixel x1, y1, x2, y2 of the grid cells in this image, timings_ms}; ``generation``: a
+        :class:`~catcap.decoding.GenerationConfig` (None: its defaults, beam 3 and 20 words)."""
+        from dataclasses import replace
+
+        from catcap.decoding import GenerationConfig
+
         cap, times = self.captioner, {}
+        config = replace(generation or GenerationConfig(), output_attentions=True, output_history_weights=True)
         t0 = time.perf_counter()
         feats = self.features(image)
         t1 = time.perf_counter()
-        [text] = cap.generate(features=[feats], num_beams=beam, max_length=max_length)
+        out = cap.generate_output(features=[feats], config=config)
+        [text] = cap.captions(out)
         t2 = time.perf_counter()
         words = text.split()
         tokens = words + ["<eos>"]
-        x = torch.from_numpy(np.asarray(feats, dtype=np.float32))[None].to(cap.device)
-        mask = torch.ones(x.shape[:2], dtype=torch.bool, device=cap.device)
-        steps, layers = forced_trace(cap.model, x, mask, [cap.vocab.id(w) for w in words] + [cap.vocab.eos_id],
-                                     self.layer)
-        attention = word_attention(steps, layers, self.layer, tokens)
+        attention = word_attention(out, self.layer, self.num_layers, tokens,
+                                   own_entry=cap.config.model.history.strategy != "ihc")
         t3 = time.perf_counter()
         times.update(features=1000 * (t1 - t0), caption=1000 * (t2 - t1), attention=1000 * (t3 - t2))
         return {"caption": text, "words": words, "tokens": tokens, "attention": attention,
