@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from catcap.cli import paths
+
 CAPTION_HELP = """\
 Caption images with a trained model. Without --checkpoint, the model bundled with catcap
 (zoo/flickr8k-m2, else the zoo's first: `catcap zoo list`; docs/zoo.md) captions them, and catcap says so on
@@ -75,6 +77,7 @@ def register(sub) -> None:
     cap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run (default auto)")
     cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
+    paths.declare(cap, checkpoint=paths.CHECKPOINT, out=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS)
     cap.set_defaults(func=cmd_caption)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from catcap.cli import paths
+
 EXTRACT_HELP = """\
 Turn a folder of images into the features a captioner reads: every image goes through a
 pretrained EfficientNet-Lite (ImageNet weights) and its last convolutional stage is stored as a
@@ -85,6 +87,7 @@ def register(sub) -> None:
     ext.add_argument("--keep-parts", action="store_true",
                      help="under torchrun: keep the parts after rank 0 merged them (default: removed)")
     ext.add_argument("--quiet", action="store_true", help="no progress bar")
+    paths.declare(ext, images=paths.PHOTOS, out=paths.OUTPUT, dataset=paths.INPUT)
     ext.set_defaults(func=cmd_extract)
 
 

@@ -7,8 +7,8 @@ import sys
 
 from catcap import __version__
 from catcap.malloc import keep_freed_memory
-from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds, serve_cmds,
-                        train_cmds, vqa_cmds, zoo_cmds)
+from catcap.cli import (analyze_cmds, checks, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds,
+                        serve_cmds, train_cmds, vqa_cmds, zoo_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from catcap.registry import UnknownName
 
     try:
+        checks.before_run(parser, args)  # finite numbers, outputs apart from inputs (cli/checks.py)
         keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
     except (ValueError, UnknownName, *FILE_ERRORS) as err:  # catcap's input errors say what to fix

@@ -30,6 +30,7 @@ from catcap.web.human_eval.stats import fleiss_kappa, sign_test
 from catcap.web.human_eval.study import Study, load_study
 
 CATEGORIES = ("A", "B", "none")
+EXPORTED = ("winners.csv", "votes.csv", "summary.json", "summary.html")  # the files written into --out
 
 
 def tally(study: Study) -> dict[str, list[dict]]:
