@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from catcap.cli import paths
+from catcap.cli import checks, paths
 
 CAPTION_HELP = """\
 Caption images with a trained model. Without --checkpoint, the model bundled with catcap
@@ -21,7 +21,8 @@ an image file whose name (without extension) is the key, e.g. a built-in world's
 Thousands of photos: reading the JPEGs (--workers processes), the image encoder and the caption
 decoder run as a pipeline (the encoder of one batch overlaps the decoding of the one before,
 with bounded queues: memory stays flat), with a progress bar in images/s on stderr. An image
-that cannot be read is reported on stderr and skipped, never stopping the run.
+that cannot be read is reported on stderr and skipped, never stopping the run; the exit status
+is then 1, or 2 when not one image could be read (nothing is written; docs/cli.md).
 
 --out FILE.jsonl writes one line per image, in input order: {"image": ..., "caption": ...}
 (plus "error" for an unreadable image, with "caption": null). Lines are appended to
@@ -129,26 +130,33 @@ def _to_file(api, job, args, shard) -> int:
 
     result = api.caption_to_file(job, out, restart=args.restart, batch_size=args.batch_size, workers=args.workers,
                                  progress=not args.quiet, log=_log)
+    for image, error in result.errors:
+        _log(f"cannot read {image}: {error} (skipped)")
+    done = result.done_before + result.captioned - len(result.errors)
     if result.out is not None:
-        for image, error in result.errors:
-            _log(f"cannot read {image}: {error} (skipped)")
         kept = f" ({result.done_before} kept from the interrupted run)" if result.done_before else ""
         _log(f"wrote {result.done_before + result.captioned} captions to {result.out}{kept}"
              + (f"; {len(result.errors)} unreadable" if result.errors else ""))
+    elif result.errors:
+        _log(f"not one of the {len(result.errors)} images could be read; wrote nothing ({out} is as it was)")
     finish_sharded(args.out, shard, log=_log)  # torchrun: every rank waits, rank 0 merges; --shard: how to merge
-    return 0
+    return checks.exit_status(done, len(result.errors))
 
 
 def _print(api, job, args) -> int:
     """stdout as before the pipeline: ``image: caption`` lines as each batch finishes, or one JSON list."""
-    rows = []
+    rows, failed = [], 0
     for c in api.caption_stream(job, progress=not args.quiet, batch_size=args.batch_size, workers=args.workers):
         if c.error is not None:
             _log(f"cannot read {c.image}: {c.error} (skipped)")
+            failed += 1
         if args.json:
             rows.append(c.to_json())
         elif c.error is None:
             print(f"{c.image}: {c.caption}", flush=True)
     if args.json:
         print(json.dumps(rows, indent=1, ensure_ascii=False))
-    return 0
+    if failed:
+        _log(f"captioned {len(job.items) - failed} of {len(job.items)} images; {failed} could not be read "
+             "(listed above)")
+    return checks.exit_status(len(job.items) - failed, failed)

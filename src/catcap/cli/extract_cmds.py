@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from catcap.cli import paths
+from catcap.cli import checks, paths
 
 EXTRACT_HELP = """\
 Turn a folder of images into the features a captioner reads: every image goes through a
@@ -36,7 +36,7 @@ PyTorch before the run; needs pip install "catcap[onnx]"). Both give the same fe
 
 An interrupted run is continued by running the same command again (images already in --out are
 skipped). Unreadable images are skipped and listed in OUT.errors.txt; the run never stops on them
-(but if not one image can be read, nothing is written and the command fails).
+and exits with status 1 (if not one image can be read, nothing is written and the status is 2).
 
 Many processes, many machines: --shard I/N extracts block I of N (counting from 0) of the
 selected images into a part next to --out (feats.h5 -> feats.part-000-of-004.h5, itself resumable);
@@ -116,4 +116,4 @@ def cmd_extract(args) -> int:
           f"{res.skipped} already there, {len(res.errors)} unreadable")
     if res.merged is not None:
         print(f"{res.merged.out}: merged from {len(res.merged.parts)} parts ({res.merged.items} images added)")
-    return 0
+    return checks.exit_status(res.extracted + res.skipped, len(res.errors))  # 1: some unreadable (docs/cli.md)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 import sys
 
-from catcap.cli import caption_cmds, paths
+from catcap.cli import caption_cmds, checks, paths
 
 SYNTH_HELP = """\
 Make the built-in "shapes" world: procedurally drawn images of 1-4 coloured shapes with
@@ -276,10 +276,15 @@ def cmd_train(args) -> int:
 
 
 def cmd_plot_log(args) -> int:
-    from catcap import api
+    from catcap.viz.training_curves import draw_training_log
 
-    print(f"wrote {api.plot_training(args.run, args.out)}")
-    return 0
+    drawn = draw_training_log(args.run, args.out)
+    print(f"wrote {drawn.path}")
+    if drawn.problems:  # drawn under a new name: the picture of a complete log is never replaced by this one
+        shown = "; ".join(drawn.problems[:5]) + (f" ... ({len(drawn.problems)} in all)" if len(drawn.problems) > 5 else "")
+        print(f"catcap plot-log: {Path(args.run) / 'log.jsonl'} has {len(drawn.problems)} bad line(s), left out: "
+              f"{shown}; drew the rest into {drawn.path}, {drawn.kept} is left as it was", file=sys.stderr)
+    return checks.exit_status(1, len(drawn.problems))
 
 
 def cmd_ablate(args) -> int:

@@ -171,6 +171,7 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     if not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"{directory}/config.json: expected the experiment config under \"config\", found "
                               f"{type(meta.get('config')).__name__}; the checkpoint is damaged: save it again")
+    _check_config(directory / "config.json", meta["config"])
     hashes = _hashes(directory, meta)
     out = {"weights": _read_tensors(directory / "model.safetensors", hashes), "config": meta["config"],
            "vocab": _read_json(directory / "vocab.json", hashes),
@@ -178,6 +179,22 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     if with_trainer:
         out["trainer"] = load_trainer_state(directory, hashes)
     return out
+
+
+def _check_config(path: Path, config: dict) -> None:
+    """The experiment config in config.json (a VQA checkpoint's: its captioner's), checked against
+    the config schema before any hash: a field edited to the wrong type or an impossible value is
+    reported as that, naming the key, what was expected and what was found (the content hash
+    would only say that the file changed)."""
+    from catcap.config import ConfigError, from_dict
+    from catcap.training.experiment import ExperimentConfig
+
+    part, where = (config.get("captioner"), "config.captioner") if "vqa" in config else (config, "config")
+    try:
+        from_dict(ExperimentConfig, part, where)
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: {err}; the checkpoint's config was edited or damaged: use another checkpoint "
+                              "or a good copy") from None
 
 
 def _hashes(directory: Path, meta: dict) -> dict | None:
