@@ -90,7 +90,7 @@ def test_the_jsonl_file_is_one_result_line_per_image_in_order(model, photos, ite
     out = tmp_path / "again.jsonl"
     out.write_bytes(uninterrupted)
     before = out.stat().st_mtime_ns
-    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), str(photos)]) == 0
+    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), str(photos)]) == 1  # broken photo
     assert "already complete" in capsys.readouterr().err and out.stat().st_mtime_ns == before
     assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), "--restart", str(photos)]) == 1
     assert out.read_bytes() == uninterrupted and not partial_path(out).exists()

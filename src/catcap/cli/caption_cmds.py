@@ -132,15 +132,32 @@ def _to_file(api, job, args, shard) -> int:
                                  progress=not args.quiet, log=_log)
     for image, error in result.errors:
         _log(f"cannot read {image}: {error} (skipped)")
-    done = result.done_before + result.captioned - len(result.errors)
     if result.out is not None:
         kept = f" ({result.done_before} kept from the interrupted run)" if result.done_before else ""
         _log(f"wrote {result.done_before + result.captioned} captions to {result.out}{kept}"
              + (f"; {len(result.errors)} unreadable" if result.errors else ""))
     elif result.errors:
-        _log(f"not one of the {len(result.errors)} images could be read; wrote nothing ({out} is as it was)")
-    finish_sharded(args.out, shard, log=_log)  # torchrun: every rank waits, rank 0 merges; --shard: how to merge
-    return checks.exit_status(done, len(result.errors))
+        _log(f"error: not one of the {len(result.errors)} images could be read (listed above); wrote nothing "
+             f"({out} is as it was)")
+        return 2
+    merged = finish_sharded(args.out, shard, log=_log)  # torchrun: every rank waits, rank 0 merges; --shard: how to merge
+    from catcap.sharding import torchrun_shard
+
+    if torchrun_shard() is not None and merged is None:
+        return 0  # another rank: rank 0 reports the whole job from the merged file
+    return _file_status(args.out if merged is not None else out)
+
+
+def _file_status(path) -> int:
+    """The exit status a finished caption file gives (docs/cli.md): 1 when some of its rows are
+    images that could not be read (this run's, or kept from an interrupted one), else 0."""
+    with open(path, encoding="utf-8") as f:
+        failed = total = 0
+        for line in f:
+            if line.strip():
+                total += 1
+                failed += "error" in json.loads(line)
+    return checks.exit_status(total - failed, failed)
 
 
 def _print(api, job, args) -> int:
@@ -156,7 +173,9 @@ def _print(api, job, args) -> int:
             print(f"{c.image}: {c.caption}", flush=True)
     if args.json:
         print(json.dumps(rows, indent=1, ensure_ascii=False))
-    if failed:
+    if failed == len(job.items):
+        _log(f"error: not one of the {failed} images could be read (listed above)")
+    elif failed:
         _log(f"captioned {len(job.items) - failed} of {len(job.items)} images; {failed} could not be read "
              "(listed above)")
     return checks.exit_status(len(job.items) - failed, failed)

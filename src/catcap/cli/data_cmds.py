@@ -145,7 +145,9 @@ def register(sub) -> None:
     feats.add_argument("--restart", action="store_true",
                        help="start again instead of resuming: replace --out (and a left-over FEATS.h5.partial) "
                             "once the new store is complete")
-    paths.declare(feats, source=paths.INPUT, boxes=paths.INPUT, out=paths.OUTPUT)
+    # a folder source is read for its arrays (npy) or its LMDB files; --boxes for its arrays
+    paths.declare(feats, source=paths.reads("*.npy", "*.npz", "*.mdb"), boxes=paths.reads("*.npy", "*.npz"),
+                  out=paths.OUTPUT)
     feats.set_defaults(func=cmd_import_features)
 
     prep = sub.add_parser("prepare", help="vocabulary, encoded captions and CIDEr-D df of a dataset JSON",

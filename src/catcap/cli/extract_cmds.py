@@ -116,4 +116,17 @@ def cmd_extract(args) -> int:
           f"{res.skipped} already there, {len(res.errors)} unreadable")
     if res.merged is not None:
         print(f"{res.merged.out}: merged from {len(res.merged.parts)} parts ({res.merged.items} images added)")
-    return checks.exit_status(res.extracted + res.skipped, len(res.errors))  # 1: some unreadable (docs/cli.md)
+    return _status(res)
+
+
+def _status(res) -> int:
+    """1 when some images could not be read (docs/cli.md). Under torchrun the other ranks exit 0
+    (a rank failing would stop rank 0's merge) and rank 0 reports the whole job's errors."""
+    from catcap.features.extract import read_errors
+    from catcap.sharding import torchrun_shard
+
+    if res.merged is not None:
+        return checks.exit_status(res.merged.items + res.merged.skipped, len(read_errors(res.merged.out)))
+    if torchrun_shard() is not None:
+        return 0
+    return checks.exit_status(res.extracted + res.skipped, len(res.errors))

@@ -165,7 +165,10 @@ def _inodes(path: Path, limit: int = 200_000) -> Iterator[tuple[int, int]]:
 
 
 def _hard_linked(written: Path, read: Path) -> bool:
-    """Two different names of one file: only possible for a file with more than one link."""
+    """Two different names of one file: only possible for a file with more than one link (and
+    only when the output exists: a new file links to nothing)."""
+    if not written.exists():
+        return False
     for file, other in ((written, read), (read, written)):
         try:
             st = file.stat()

@@ -245,7 +245,8 @@ def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = T
     resume = not overwrite and (out.exists() or out.with_name(out.name + ".partial").exists())
     written = skipped = 0
     meta = {"source_format": fmt, "source": str(source)}
-    with HDF5FeatureWriter(out, dim, meta, resume=resume, overwrite=overwrite) as writer:
+    writer = HDF5FeatureWriter(out, dim, meta, resume=resume, overwrite=overwrite)
+    try:
         done = writer.written_keys()
         bar = progress_bar(desc=f"import {fmt}", unit="img", enabled=progress)
         for key, feats, boxes in _chain(first, items):
@@ -256,6 +257,10 @@ def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = T
                 written += 1
             bar.update(1)
         bar.close()
+    except BaseException:
+        writer.discard_if_empty()  # refused before any image: no empty .partial is left (one with images resumes)
+        raise
+    writer.close()
     return {"written": written, "skipped": skipped, "feature_dim": dim, "out": str(out)}
 
 
