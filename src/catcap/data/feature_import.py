@@ -246,9 +246,9 @@ def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = T
     written = skipped = 0
     meta = {"source_format": fmt, "source": str(source)}
     writer = HDF5FeatureWriter(out, dim, meta, resume=resume, overwrite=overwrite)
+    bar = progress_bar(desc=f"import {fmt}", unit="img", enabled=progress)
     try:
         done = writer.written_keys()
-        bar = progress_bar(desc=f"import {fmt}", unit="img", enabled=progress)
         for key, feats, boxes in _chain(first, items):
             if key in done:
                 skipped += 1
@@ -256,10 +256,11 @@ def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = T
                 writer.write(key, np.asarray(feats, dtype=np.float32), None if boxes is None else np.asarray(boxes, dtype=np.float32))
                 written += 1
             bar.update(1)
-        bar.close()
     except BaseException:
         writer.discard_if_empty()  # refused before any image: no empty .partial is left (one with images resumes)
         raise
+    finally:
+        bar.close()
     writer.close()
     return {"written": written, "skipped": skipped, "feature_dim": dim, "out": str(out)}
 
