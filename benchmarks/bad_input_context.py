@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import struct
-import zlib
+import sys
 from functools import cached_property
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reliability"))
+from malformed import huge_jpeg, jpeg_bytes, png_header_only, replace_regions, write  # noqa: E402,F401 (for the cases)
 
 FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k" / "images"
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -139,41 +141,6 @@ class Context:
 
 
 # ---- malformed files -------------------------------------------------------------------------
-
-def write(path: Path, content) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, (bytes, bytearray)):
-        path.write_bytes(bytes(content))
-    elif isinstance(content, str):
-        path.write_text(content, encoding="utf-8")
-    else:
-        path.write_text(json.dumps(content), encoding="utf-8")
-    return path
-
-
-def png_header_only(width: int, height: int) -> bytes:
-    """A PNG that claims width x height pixels (a decompression bomb's header) and holds none."""
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
-
-
-def jpeg_bytes(mode: str = "RGB", size=(40, 32)) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new(mode, size, (10, 200, 30, 40)[: len(mode)] if mode != "L" else 90).save(buf, "JPEG")
-    return buf.getvalue()
-
-
-def huge_jpeg() -> bytes:
-    """A small valid JPEG whose header claims 60000 x 60000 pixels."""
-    data = bytearray(jpeg_bytes())
-    sof = data.index(b"\xff\xc0")
-    data[sof + 5: sof + 9] = struct.pack(">HH", 60000, 60000)
-    return bytes(data)
-
 
 def png16() -> bytes:
     import numpy as np
