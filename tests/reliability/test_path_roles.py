@@ -83,6 +83,12 @@ def test_an_output_equal_to_an_input_is_refused(command, out, inp, kind, tmp_pat
     assert sorted(os.listdir(tmp_path)) == sorted([shared.name]), "the refused command created files"
 
 
+def test_a_photo_folder_stands_for_the_files_extract_reads():
+    from catcap.features.extract import IMAGE_SUFFIXES
+
+    assert paths.PHOTO_SUFFIXES == tuple(s.lstrip(".") for s in IMAGE_SUFFIXES)
+
+
 def test_resolved_links_and_dots_are_the_same_file(tmp_path, capsys):
     """Symlinks, ``..`` and hard links are seen through (for one command: the rule is one function)."""
     results = tmp_path / "results.json"

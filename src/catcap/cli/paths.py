@@ -11,8 +11,9 @@ callable of the parsed arguments when they depend on another option), e.g.
 counts. ``catcap`` (cli/checks.py) calls :func:`check` after parsing, before the command does
 any work: every written path is compared with every read path, both resolved (symlinks, ``..``,
 ``~``), and a pair that is the same file, or one inside the other, is refused with exit 2 and a
-message naming both options; so is an output option that names the very path of an input option. Hard links are recognised by their inode (looked for only when a
-file has more than one link, so the usual case costs one ``stat``).
+message naming both options; so is an output option that names the very path of an input
+option. Hard links are recognised by their inode (looked for only when an existing file has
+more than one link, so the usual case costs one ``stat``).
 
 ``tests/reliability/test_path_roles.py`` builds its table from these declarations: every command
 is run with each output option equal to each input option; it also fails for an option whose
@@ -56,6 +57,8 @@ class Role:
 INPUT, OUTPUT, INPUT_OUTPUT = Role("input"), Role("output"), Role("input+output")
 
 
+# the photo files a folder stands for: catcap.features.extract.IMAGE_SUFFIXES (not imported here: it
+# loads torch; tests/reliability/test_path_roles.py checks that the two lists agree)
 PHOTO_SUFFIXES = ("jpg", "jpeg", "png", "bmp", "webp", "gif", "tif", "tiff")
 
 
@@ -148,20 +151,23 @@ def _overlap(a: Path, b: Path) -> bool:
 
 
 def _inodes(path: Path, limit: int = 200_000) -> Iterator[tuple[int, int]]:
-    """(device, inode) of the file ``path``, or of the files under the folder ``path``."""
+    """(device, inode) of the file ``path``, or of the files under the folder ``path`` (at most
+    ``limit`` of them: a search for a hard link must not cost minutes)."""
     if path.is_file():
         st = path.stat()
         yield st.st_dev, st.st_ino
     elif path.is_dir():
-        for i, (root, _, files) in enumerate(os.walk(path)):
+        seen = 0
+        for root, _, files in os.walk(path):
             for f in files:
                 try:
                     st = os.stat(os.path.join(root, f))
                 except OSError:
                     continue
                 yield st.st_dev, st.st_ino
-            if i > limit:
-                return
+                seen += 1
+                if seen >= limit:
+                    return
 
 
 def _hard_linked(written: Path, read: Path) -> bool:
