@@ -69,8 +69,10 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Pa
             fsync_file(tmp)
         faults.point("atomic.before_rename")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not err.filename:  # a full disk in write(): say which file it was
+            err.filename = str(path)
         raise
 
 

@@ -12,6 +12,7 @@ whose values it overrides.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 from pathlib import Path
@@ -32,7 +33,7 @@ def check_at_least(section: str, obj, minimum: dict[str, float]) -> None:
     their smallest allowed value (e.g. ``{"epochs": 1}``)."""
     for name, low in minimum.items():
         value = getattr(obj, name)
-        if value < low:
+        if not value >= low:  # NaN too (a dataclass built in Python skips the loader's finite check)
             raise ConfigError(f"{section}.{name} must be >= {low}, found {value!r}")
 
 
@@ -51,6 +52,8 @@ def _coerce(value: Any, tp, where: str) -> Any:
         for option in args:
             try:
                 return _coerce(value, option, where)
+            except NonFiniteError:
+                raise  # the number is the problem, not its type: say so rather than "expected float or None"
             except ConfigError:
                 continue
         raise ConfigError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, found {value!r}")
@@ -74,10 +77,9 @@ def _coerce(value: Any, tp, where: str) -> Any:
         if value is not None:
             raise ConfigError(f"{where}: expected null, found {value!r}")
         return None
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-        return float(value)  # YAML 1.1 reads 5e-6 (no dot) as a string
+    if tp is float and (isinstance(value, (int, float)) and not isinstance(value, bool)
+                        or isinstance(value, str) and _FLOAT.fullmatch(value.strip())):  # YAML 1.1 reads 5e-6 as text
+        return _finite(value, where)
     if tp in (int, float) and isinstance(value, bool):
         raise ConfigError(f"{where}: expected {tp.__name__}, found a boolean {value!r}")
     if isinstance(tp, type) and not isinstance(value, tp):
@@ -86,6 +88,24 @@ def _coerce(value: Any, tp, where: str) -> Any:
             if tp is str and isinstance(value, (int, float, bool)) else ""
         raise ConfigError(f"{where}: expected {tp.__name__}, found {type(value).__name__} {value!r}{quote}")
     return value
+
+
+class NonFiniteError(ConfigError):
+    """A NaN or infinite number where a setting needs a real one (refused before any run)."""
+
+
+def _finite(written: int | float | str, where: str) -> float:
+    """``written`` (a number, or its text) as a float when it is finite: a NaN or infinite setting
+    would train to NaN weights or end in a traceback far from its cause, so every float of every
+    config section is checked here, where YAML values and overrides become settings."""
+    try:
+        number = float(written)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number):
+        raise NonFiniteError(f"{where}: expected a finite number, found {written!r:.40}; NaN and infinite values are "
+                             "refused: give a real number (e.g. 0.1)")
+    return number
 
 
 def from_dict(cls: type[C], data: Any, where: str = "config") -> C:
@@ -104,6 +124,25 @@ def from_dict(cls: type[C], data: Any, where: str = "config") -> C:
         return cls(**values)
     except TypeError as err:
         raise ConfigError(f"{where}: {err}") from None
+
+
+def path_field(default: str, kind: str, names: tuple[str, ...] | None = None):
+    """A config field that names a file or folder the run reads (``kind="input"``) or writes
+    (``"output"``; ``names``: the entries it writes inside the folder). ``catcap train`` and
+    ``validate-config`` refuse an output that meets an input (catcap/cli/paths.py)."""
+    return dataclasses.field(default=default, metadata={"path": {"kind": kind, "names": names}})
+
+
+def path_fields(cfg, prefix: str = "") -> list[tuple[str, str, dict]]:
+    """(dotted key, value, role) of every non-empty :func:`path_field` of a config, sections included."""
+    found = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            found += path_fields(value, f"{prefix}{f.name}.")
+        elif "path" in f.metadata and value:
+            found.append((f"{prefix}{f.name}", str(value), dict(f.metadata["path"])))
+    return found
 
 
 def to_dict(cfg) -> dict:
@@ -190,4 +229,5 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: Sequenc
     return from_dict(cls, apply_overrides(data, overrides))
 
 
-__all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "read_yaml", "to_dict"]
+__all__ = ["ConfigError", "NonFiniteError", "apply_overrides", "from_dict", "load_config", "path_field", "path_fields",
+           "read_yaml", "to_dict"]

@@ -93,12 +93,12 @@ def test_utf8_bom_is_accepted(tmp_path):
     ({"images": [3]}, r"images\[0\]: expected an object, found int"),
     ({"images": [{"filename": "a", "split": "train", "sentences": []}]}, r"images\[0\]: expected an integer \"cocoid\" or \"imgid\""),
     ({"images": [{"imgid": True, "filename": "a", "split": "train", "sentences": []}]}, "cocoid"),
-    ({"images": [{"imgid": 1, "split": "train", "sentences": []}]}, r"\"filename\" to be a str, found None"),
+    ({"images": [{"imgid": 1, "split": "train", "sentences": []}]}, r"\"filename\" to be a str, found no such key"),
     ({"images": [{"imgid": 1, "filename": "a", "split": 3, "sentences": []}]}, r"\"split\" to be a str"),
     ({"images": [{"imgid": 1, "filename": "a", "split": "train", "sentences": "x"}]}, r"\"sentences\" to be a list"),
     ({"images": [{"imgid": 1, "filename": "a", "split": "train", "sentences": [{"raw": 5}]}]},
      r"images\[0\] \(id 1\).sentences\[0\]: expected an object with a string \"raw\""),
-    ({"images": [_image(1, "train", ["a"]), _image(1, "val", ["b"])]}, r"one entry per image id.*\(1\)"),
+    ({"images": [_image(1, "train", ["a"]), _image(1, "val", ["b"])]}, r"one entry per image id.*id 1 \(images\[0\] and images\[1\]\)"),
 ])
 def test_schema_errors(data, message):
     with pytest.raises(KarpathyFormatError, match=message):

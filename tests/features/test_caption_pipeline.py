@@ -59,9 +59,10 @@ def items(photos):
 
 @pytest.fixture(scope="module")
 def uninterrupted(model, photos, tmp_path_factory):
-    """The bytes of an uninterrupted `catcap caption DIR --out F.jsonl` (in this process)."""
+    """The bytes of an uninterrupted `catcap caption DIR --out F.jsonl` (in this process); exit
+    status 1: the broken photo could not be read (docs/cli.md)."""
     out = tmp_path_factory.mktemp("whole") / "captions.jsonl"
-    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), str(photos)]) == 0
+    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), str(photos)]) == 1
     return out.read_bytes()
 
 
@@ -89,9 +90,9 @@ def test_the_jsonl_file_is_one_result_line_per_image_in_order(model, photos, ite
     out = tmp_path / "again.jsonl"
     out.write_bytes(uninterrupted)
     before = out.stat().st_mtime_ns
-    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), str(photos)]) == 0
+    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), str(photos)]) == 1  # broken photo
     assert "already complete" in capsys.readouterr().err and out.stat().st_mtime_ns == before
-    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), "--restart", str(photos)]) == 0
+    assert main(["caption", "--checkpoint", model, *SETTINGS, "--out", str(out), "--restart", str(photos)]) == 1
     assert out.read_bytes() == uninterrupted and not partial_path(out).exists()
 
 
@@ -113,7 +114,7 @@ def test_an_interrupted_run_resumes_to_the_same_bytes(model, photos, uninterrupt
     # worse than a kill between batches: the last batch half written, its last line torn
     partial.write_text("".join(lines[:-1]) + lines[-1][:10], encoding="utf-8")
     resumed = _cli(args)
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == 1, resumed.stderr  # the broken photo
     assert f"continuing {partial}: {BATCH} of 10 images done" in resumed.stderr
     assert out.read_bytes() == uninterrupted and not partial.exists()
 
@@ -155,10 +156,10 @@ def test_merged_shards_equal_the_one_process_file(model, photos, tmp_path, capsy
     sides, so that no batch is cut differently)."""
     one = ["--checkpoint", model, "--beam", "2", "--max-len", "8", "--batch-size", "1", "--device", "cpu", "--quiet"]
     whole = tmp_path / "whole.jsonl"
-    assert main(["caption", *one, "--out", str(whole), str(photos)]) == 0
+    assert main(["caption", *one, "--out", str(whole), str(photos)]) == 1  # the broken photo
     out = tmp_path / "sharded" / "captions.jsonl"
-    for i in range(3):
-        assert main(["caption", *one, "--shard", f"{i}/3", "--out", str(out), str(photos)]) == 0
+    for i in range(3):  # the broken photo is in shard 0
+        assert main(["caption", *one, "--shard", f"{i}/3", "--out", str(out), str(photos)]) == (1 if i == 0 else 0)
     assert "catcap merge" in capsys.readouterr().err
     assert main(["merge", str(out)]) == 0
     assert out.read_bytes() == whole.read_bytes()

@@ -49,9 +49,9 @@ def test_coco_and_karpathy_references(tmp_path):
     coco = {"annotations": [{"image_id": 1, "caption": "a"}, {"image_id": 1, "caption": "b"}, {"image_id": 2, "caption": "c"}]}
     assert parse_references(coco) == {1: ["a", "b"], 2: ["c"]}
     karpathy = {"images": [
-        {"split": "test", "cocoid": 5, "sentences": [{"raw": "A dog.", "tokens": ["a", "dog"]}]},
-        {"split": "train", "cocoid": 6, "sentences": [{"raw": "x", "tokens": ["x"]}]},
-        {"split": "test", "imgid": 9, "sentences": [{"tokens": ["two", "cats"]}]},
+        {"filename": "x.jpg", "split": "test", "cocoid": 5, "sentences": [{"raw": "A dog.", "tokens": ["a", "dog"]}]},
+        {"filename": "x.jpg", "split": "train", "cocoid": 6, "sentences": [{"raw": "x", "tokens": ["x"]}]},
+        {"filename": "x.jpg", "split": "test", "imgid": 9, "sentences": [{"tokens": ["two", "cats"]}]},
     ]}
     path = write(tmp_path, "dataset_coco.json", karpathy)
     assert load_references(path, "test") == {5: ["A dog."], 9: ["two cats"]}

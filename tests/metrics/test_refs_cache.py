@@ -78,7 +78,7 @@ def test_a_damaged_index_is_rebuilt(small_index):
 
 
 def test_karpathy_splits_have_their_own_index(small_index):
-    data = {"images": [{"split": s, "cocoid": i, "sentences": [{"raw": f"{s} {i}"}]}
+    data = {"images": [{"filename": f"{i}.jpg", "split": s, "cocoid": i, "sentences": [{"raw": f"{s} {i}"}]}
                        for i, s in [(1, "val"), (2, "test")]]}
     refs = small_index / "karpathy.json"
     refs.write_text(json.dumps(data))

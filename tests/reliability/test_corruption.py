@@ -55,12 +55,12 @@ def test_a_bit_flipped_tensor_file_is_refused_by_name(ckpt, name):
 
 
 @pytest.mark.parametrize("name, old, new", [("vocab.json", '"dog"', '"cat"'), ("trainer.json", '"step"', '"stop"'),
-                                            ("config.json", '"d_model": 32', '"d_model": 33')])
+                                            ("config.json", '"d_model": 32', '"d_model": 64')])
 def test_an_edited_json_file_is_refused_by_name(ckpt, name, old, new):
     path = ckpt / name
     text = path.read_text()
     assert old in text
-    path.write_text(text.replace(old, new))  # still valid JSON: only the hash can tell
+    path.write_text(text.replace(old, new))  # still valid JSON (and a valid config): only the hash can tell
     with pytest.raises(CheckpointError, match="does not match the sha256") as info:
         load_checkpoint(ckpt, with_trainer=True)
     assert str(path) in str(info.value)

@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from catcap.cli import paths
+
 ANALYZE_HELP = """\
 Look inside trained captioners.
 
@@ -81,6 +83,8 @@ def register(sub) -> None:
                      "image (default: next to the dataset file, or the folder `catcap import` recorded)")
     his.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to run (default auto)")
     his.add_argument("--quiet", action="store_true", help="no progress bar")
+    paths.declare(his, checkpoint=paths.CHECKPOINT, dataset=paths.INPUT, features=paths.INPUT, images=paths.PHOTOS,
+                  out=paths.writes("history_weight.png", "history_weight.json", "attention_*.png"))
     his.set_defaults(func=cmd_history)
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 
 from catcap.cli.generation_args import add_generation_arguments, checkpoints, generation_config
+from catcap.cli import checks, paths
 
 CAPTION_HELP = """\
 Caption images with a trained model. Without --checkpoint, the model bundled with catcap
@@ -24,7 +25,8 @@ flags say otherwise (docs/generation.md lists every setting).
 Thousands of photos: reading the JPEGs (--workers processes), the image encoder and the caption
 decoder run as a pipeline (the encoder of one batch overlaps the decoding of the one before,
 with bounded queues: memory stays flat), with a progress bar in images/s on stderr. An image
-that cannot be read is reported on stderr and skipped, never stopping the run.
+that cannot be read is reported on stderr and skipped, never stopping the run; the exit status
+is then 1, or 2 when not one image could be read (nothing is written; docs/cli.md).
 
 --out FILE.jsonl writes one line per image, in input order: {"image": ..., "caption": ...}
 (plus "error" for an unreadable image, with "caption": null). Lines are appended to
@@ -79,6 +81,7 @@ def register(sub) -> None:
     cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
     add_generation_arguments(cap)
+    paths.declare(cap, checkpoint=paths.CHECKPOINT, out=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS)
     cap.set_defaults(func=cmd_caption)
 
 
@@ -131,26 +134,52 @@ def _to_file(api, job, args, shard) -> int:
 
     result = api.caption_to_file(job, out, restart=args.restart, batch_size=args.batch_size, workers=args.workers,
                                  progress=not args.quiet, log=_log)
+    for image, error in result.errors:
+        _log(f"cannot read {image}: {error} (skipped)")
     if result.out is not None:
-        for image, error in result.errors:
-            _log(f"cannot read {image}: {error} (skipped)")
         kept = f" ({result.done_before} kept from the interrupted run)" if result.done_before else ""
         _log(f"wrote {result.done_before + result.captioned} captions to {result.out}{kept}"
              + (f"; {len(result.errors)} unreadable" if result.errors else ""))
-    finish_sharded(args.out, shard, log=_log)  # torchrun: every rank waits, rank 0 merges; --shard: how to merge
-    return 0
+    elif result.errors:
+        _log(f"error: not one of the {len(result.errors)} images could be read (listed above); wrote nothing "
+             f"({out} is as it was)")
+        return 2
+    merged = finish_sharded(args.out, shard, log=_log)  # torchrun: every rank waits, rank 0 merges; --shard: how to merge
+    from catcap.sharding import torchrun_shard
+
+    if torchrun_shard() is not None and merged is None:
+        return 0  # another rank: rank 0 reports the whole job from the merged file
+    return _file_status(args.out if merged is not None else out)
+
+
+def _file_status(path) -> int:
+    """The exit status a finished caption file gives (docs/cli.md): 1 when some of its rows are
+    images that could not be read (this run's, or kept from an interrupted one), else 0."""
+    with open(path, encoding="utf-8") as f:
+        failed = total = 0
+        for line in f:
+            if line.strip():
+                total += 1
+                failed += "error" in json.loads(line)
+    return checks.exit_status(total - failed, failed)
 
 
 def _print(api, job, args) -> int:
     """stdout as before the pipeline: ``image: caption`` lines as each batch finishes, or one JSON list."""
-    rows = []
+    rows, failed = [], 0
     for c in api.caption_stream(job, progress=not args.quiet, batch_size=args.batch_size, workers=args.workers):
         if c.error is not None:
             _log(f"cannot read {c.image}: {c.error} (skipped)")
+            failed += 1
         if args.json:
             rows.append(c.to_json())
         elif c.error is None:
             print(f"{c.image}: {c.caption}", flush=True)
     if args.json:
         print(json.dumps(rows, indent=1, ensure_ascii=False))
-    return 0
+    if failed == len(job.items):
+        _log(f"error: not one of the {failed} images could be read (listed above)")
+    elif failed:
+        _log(f"captioned {len(job.items) - failed} of {len(job.items)} images; {failed} could not be read "
+             "(listed above)")
+    return checks.exit_status(len(job.items) - failed, failed)

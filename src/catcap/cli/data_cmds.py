@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from catcap.cli import paths
+
 F8K = "../shared/data/flickr8k"
 
 IMPORT_HELP = f"""\
@@ -116,6 +118,8 @@ def register(sub) -> None:
     f8k.add_argument("--unsplit", metavar="SPLIT", help="put captioned images that no list names in this split "
                      "(default: leave them out)")
     f8k.add_argument("--out", required=True, metavar="FILE.json", help="the dataset JSON to write")
+    paths.declare(f8k, tokens=paths.INPUT, train=paths.INPUT, val=paths.INPUT, test=paths.INPUT,
+                  images=paths.PHOTOS, out=paths.OUTPUT)
     f8k.set_defaults(func=cmd_import_flickr8k)
 
     coco = kinds.add_parser("coco", help="COCO captions_*.json + split lists", description=COCO_HELP,
@@ -127,6 +131,8 @@ def register(sub) -> None:
     coco.add_argument("--unlisted-split", default="train", metavar="SPLIT",
                       help="split of images in no list (default train; 'none' leaves them out)")
     coco.add_argument("--out", required=True, metavar="FILE.json", help="the dataset JSON to write")
+    paths.declare(coco, captions=paths.INPUT, out=paths.OUTPUT,
+                  split_list=paths.Role("input", path=lambda item: item.partition("=")[2]))
     coco.set_defaults(func=cmd_import_coco)
 
     feats = kinds.add_parser("features", help="region features you already have -> a catcap feature store",
@@ -139,6 +145,9 @@ def register(sub) -> None:
     feats.add_argument("--restart", action="store_true",
                        help="start again instead of resuming: replace --out (and a left-over FEATS.h5.partial) "
                             "once the new store is complete")
+    # a folder source is read for its arrays (npy) or its LMDB files; --boxes for its arrays
+    paths.declare(feats, source=paths.reads("*.npy", "*.npz", "*.mdb"), boxes=paths.reads("*.npy", "*.npz"),
+                  out=paths.OUTPUT)
     feats.set_defaults(func=cmd_import_features)
 
     prep = sub.add_parser("prepare", help="vocabulary, encoded captions and CIDEr-D df of a dataset JSON",
@@ -148,6 +157,7 @@ def register(sub) -> None:
     prep.add_argument("--min-count", type=int, default=5, help="keep words seen at least this often in train (default 5)")
     prep.add_argument("--max-len", type=int, default=16, help="cut training captions to this many words (default 16)")
     prep.add_argument("--train-split", default="train", help="the split the vocabulary is counted on (default train)")
+    paths.declare(prep, dataset=paths.INPUT, out=paths.writes("vocab.json", "captions.npz", "prepare.json"))
     prep.set_defaults(func=cmd_prepare)
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from catcap.threads import default_workers
+from catcap.cli import checks, paths
 
 EXTRACT_HELP = """\
 Turn a folder of images into the features a captioner reads: every image goes through a
@@ -36,7 +37,7 @@ PyTorch before the run; needs pip install "catcap[onnx]"). Both give the same fe
 
 An interrupted run is continued by running the same command again (images already in --out are
 skipped). Unreadable images are skipped and listed in OUT.errors.txt; the run never stops on them
-(but if not one image can be read, nothing is written and the command fails).
+and exits with status 1 (if not one image can be read, nothing is written and the status is 2).
 
 Many processes, many machines: --shard I/N extracts block I of N (counting from 0) of the
 selected images into a part next to --out (feats.h5 -> feats.part-000-of-004.h5, itself resumable);
@@ -87,6 +88,7 @@ def register(sub) -> None:
     ext.add_argument("--keep-parts", action="store_true",
                      help="under torchrun: keep the parts after rank 0 merged them (default: removed)")
     ext.add_argument("--quiet", action="store_true", help="no progress bar")
+    paths.declare(ext, images=paths.PHOTOS, out=paths.OUTPUT, dataset=paths.INPUT)
     ext.set_defaults(func=cmd_extract)
 
 
@@ -115,4 +117,17 @@ def cmd_extract(args) -> int:
           f"{res.skipped} already there, {len(res.errors)} unreadable")
     if res.merged is not None:
         print(f"{res.merged.out}: merged from {len(res.merged.parts)} parts ({res.merged.items} images added)")
-    return 0
+    return _status(res)
+
+
+def _status(res) -> int:
+    """1 when some images could not be read (docs/cli.md). Under torchrun the other ranks exit 0
+    (a rank failing would stop rank 0's merge) and rank 0 reports the whole job's errors."""
+    from catcap.features.extract import read_errors
+    from catcap.sharding import torchrun_shard
+
+    if res.merged is not None:
+        return checks.exit_status(res.merged.items + res.merged.skipped, len(read_errors(res.merged.out)))
+    if torchrun_shard() is not None:
+        return 0
+    return checks.exit_status(res.extracted + res.skipped, len(res.errors))

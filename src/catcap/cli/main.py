@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from catcap import __version__
 from catcap.malloc import keep_freed_memory
 from catcap.threads import configure_threads
-from catcap.cli import (analyze_cmds, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds, serve_cmds,
-                        train_cmds, vqa_cmds, zoo_cmds)
+from catcap.cli import (analyze_cmds, checks, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds,
+                        serve_cmds, train_cmds, vqa_cmds, zoo_cmds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,14 +62,30 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         configure_threads(warn=False)  # before anything imports torch: OpenMP reads it then ($CATCAP_THREADS; catcap/threads.py)
+        checks.before_run(parser, args)  # finite numbers, outputs apart from inputs (cli/checks.py)
         keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
     except (ValueError, UnknownName, *FILE_ERRORS) as err:  # catcap's input errors say what to fix
-        print(f"catcap {args.command}: error: {err}", file=sys.stderr)
+        print(f"catcap {args.command}: error: {_permission(err) if isinstance(err, PermissionError) else err}",
+              file=sys.stderr)
         return 2
     except OSError as err:  # a full disk, a file too large, an I/O error: one line, exit 1 (docs/reliability.md)
         print(f"catcap {args.command}: error: {_os_error(err, args.command)}", file=sys.stderr)
         return 1
+
+
+def _permission(err: PermissionError) -> str:
+    """A file the user may not read or write, named as the user named it: a hidden temporary file
+    of an atomic write (``.scores.json.x1y2.tmp``) is reported as the folder it was written into."""
+    name = err.filename
+    if not name:
+        return str(err)
+    path = Path(name)
+    if path.name.startswith(".") and path.suffix == ".tmp":
+        return (f"permission denied: cannot write into the folder {path.parent}; expected a folder you may write: "
+                f"check its permissions (ls -ld {path.parent}) or choose another path")
+    return (f"permission denied: {path}; expected a file or folder you may {'read' if path.exists() else 'create'}: "
+            f"check its permissions (ls -ld {path if path.exists() else path.parent}) or choose another path")
 
 
 def _os_error(err: OSError, command: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from catcap.cli import paths
+
 MERGE_HELP = """\
 Join the parts that sharded runs (--shard I/N, or torchrun without its automatic merge) left next
 to OUT into OUT itself: the file one process would have written. OUT is the path the sharded
@@ -38,6 +40,7 @@ def register(sub) -> None:
     mrg.add_argument("--replace", action="store_true",
                      help="a feature store: replace an existing OUT instead of adding the parts to it")
     mrg.add_argument("--quiet", action="store_true", help="print only the summary line")
+    paths.declare(mrg, out=paths.OUTPUT)  # its inputs are the parts found beside OUT
     mrg.set_defaults(func=cmd_merge)
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from catcap.cli.generation_args import add_generation_arguments, checkpoints, generation_config, given_generation_flags
+from catcap.cli import paths
 
 EVALUATE_HELP = """\
 Score captions exactly as the COCO caption toolkit (pycocoevalcap 1.2) does:
@@ -87,6 +88,8 @@ def register(sub) -> None:
     ev.add_argument("--features", metavar="STORE", help="with --checkpoint: the feature store to caption from "
                     "(default: the checkpoint's data.features; --refs likewise replaces its data.dataset)")
     add_generation_arguments(ev)
+    paths.declare(ev, results=paths.INPUT, refs=paths.INPUT, corenlp=paths.INPUT, output=paths.OUTPUT,
+                  checkpoint=paths.CHECKPOINT, save_results=paths.OUTPUT, features=paths.INPUT)
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -95,6 +98,7 @@ def register(sub) -> None:
     _add_refs(cmp)
     cmp.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     cmp.add_argument("--seed", type=int, default=0, help="random seed of the resampling (default 0)")
+    paths.declare(cmp, a=paths.INPUT, b=paths.INPUT, refs=paths.INPUT, corenlp=paths.INPUT)
     cmp.set_defaults(func=cmd_compare)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from catcap.cli import paths
+
 REPORT_HELP = """\
 Write one self-contained HTML page that compares two systems image by image: the
 paired-bootstrap summary of `catcap compare` on top (B - A per metric, its 95%
@@ -104,6 +106,8 @@ def register(sub) -> None:
     rep.add_argument("--seed", type=int, default=0, help="random seed of the resampling (default 0)")
     rep.add_argument("--corenlp", metavar="DIR", help="CoreNLP 3.6.0 jars for SPICE (see catcap evaluate --help)")
     rep.add_argument("--out", metavar="REPORT.html", required=True, help="the HTML file to write")
+    paths.declare(rep, a=paths.INPUT, b=paths.INPUT, refs=paths.INPUT, images=paths.PHOTOS, corenlp=paths.INPUT,
+                  out=paths.OUTPUT)
     rep.set_defaults(func=cmd_report)
 
     he = _raw(sub, "human-eval", "pairwise human evaluation of two systems (create, serve, export)", HUMAN_EVAL_HELP)
@@ -120,16 +124,25 @@ def register(sub) -> None:
     cr.add_argument("--seed", type=int, default=0, help="random seed of the sampling and the orders (default 0)")
     cr.add_argument("--names", metavar="A,B", help="names of the systems in the exported results (default A,B)")
     cr.add_argument("--out", metavar="STUDY_DIR", required=True, help="the study folder to create (must not exist)")
+    paths.declare(cr, a=paths.INPUT, b=paths.INPUT, refs=paths.INPUT, images=paths.PHOTOS, out=paths.OUTPUT)
     cr.set_defaults(func=cmd_create)
     sv = _raw(he_sub, "serve", "serve the rating pages of a study", SERVE_HELP)
     sv.add_argument("study", metavar="STUDY_DIR")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8001, help="port (default 8001)")
+    paths.declare(sv, study=paths.INPUT)
     sv.set_defaults(func=cmd_serve)
     ex = _raw(he_sub, "export", "winners, totals, agreement and sign test of a study", EXPORT_HELP)
     ex.add_argument("study", metavar="STUDY_DIR")
     ex.add_argument("--out", metavar="DIR", required=True, help="folder for the CSV, JSON and HTML files")
+    paths.declare(ex, study=paths.INPUT, out=paths.Role("output", names=_exported))
     ex.set_defaults(func=cmd_export)
+
+
+def _exported(args) -> tuple[str, ...]:
+    from catcap.web.human_eval.export import EXPORTED
+
+    return EXPORTED
 
 
 def _log(msg: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from catcap.cli import paths
+
 SERVE_HELP = """\
 Serve a web page where a person uploads a photo (or picks a sample) and gets its caption, the
 attention over the image for each word and, for CAT models, the history weight per word (the
@@ -41,6 +43,7 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=("auto", "onnx", "torch"), default="auto", help="runs the image encoder: "
                    "onnx (ONNX Runtime, faster on CPUs), torch, or auto = onnx when installed (default)")
     p.add_argument("--device", default="cpu", help="device of the captioning model: cpu (default), cuda, auto")
+    paths.declare(p, checkpoint=paths.CHECKPOINT, samples=paths.PHOTOS)
     p.set_defaults(func=_serve)
 
 

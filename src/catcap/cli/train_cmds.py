@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 import sys
 
-from catcap.cli import caption_cmds
+from catcap.cli import caption_cmds, checks, paths
 
 SYNTH_HELP = """\
 Make the built-in "shapes" world: procedurally drawn images of 1-4 coloured shapes with
@@ -151,6 +151,7 @@ def register(sub) -> None:
     plot.add_argument("run", metavar="RUN", help="a run's out_dir (holds log.jsonl)")
     plot.add_argument("--out", metavar="FILE.png", help="where to write the picture: .png, .svg or .pdf "
                       "(default RUN/training.png)")
+    paths.declare(plot, run=paths.reads("log.jsonl"), out=paths.OUTPUT)
     plot.set_defaults(func=cmd_plot_log)
     abl = sub.add_parser("ablate", help="rerun an ablation table of the paper (2, 5, 6 or 7)", description=ABLATE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -159,6 +160,7 @@ def register(sub) -> None:
     abl.add_argument("--split", default="test", help="split to evaluate (default test)")
     abl.add_argument("--beam", type=int, default=5, help="beam size (default 5, as in the paper)")
     abl.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every row")
+    paths.declare(abl, out=paths.OUTPUT)
     abl.set_defaults(func=cmd_ablate)
     caption_cmds.register(sub)
     demo = sub.add_parser("demo", help="world -> train -> evaluate, in a few minutes", description=DEMO_HELP,
@@ -169,6 +171,7 @@ def register(sub) -> None:
     demo.add_argument("--compare", metavar="A,B,..", default="",
                       help="model presets to train and compare, e.g. transformer,cat,m2,m2_caca")
     demo.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of configs/experiments/demo.yaml")
+    paths.declare(demo, out=paths.OUTPUT)
     demo.set_defaults(func=cmd_demo)
     syn = sub.add_parser("synth", help="make the built-in shapes world", description=SYNTH_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -179,6 +182,7 @@ def register(sub) -> None:
     syn.add_argument("--seed", type=int, default=0, help="random seed; same seed, same world (default 0)")
     syn.add_argument("--feature-dim", type=int, default=2048, help="width of the region features (default 2048)")
     syn.add_argument("--overwrite", action="store_true", help="replace an existing world in --out")
+    paths.declare(syn, out=paths.OUTPUT)
     syn.set_defaults(func=cmd_synth)
     for name, helptext, func, description in (
             ("train", "train a captioner", cmd_train, TRAIN_HELP),
@@ -194,7 +198,18 @@ def register(sub) -> None:
             p.add_argument("--resume", action="store_true", help="continue from out_dir/last")
         else:
             p.add_argument("--no-data", action="store_true", help="check the config only, not the data it names")
-        p.set_defaults(func=func)
+        paths.declare(p, config=paths.INPUT)
+        p.set_defaults(func=func, config_paths=_config_paths)
+
+
+def _config_paths(args) -> list:
+    """The paths the experiment config names, with their roles (``out_dir`` against the data and
+    ``train.init_from``: cli/checks.py)."""
+    from catcap import api
+    from catcap.config import path_fields
+
+    cfg = api.load_experiment(args.config, _with_flags(args))
+    return [paths.Named(key, value, paths.Role(**role)) for key, value, role in path_fields(cfg)]
 
 
 def cmd_synth(args) -> int:
@@ -265,10 +280,15 @@ def cmd_train(args) -> int:
 
 
 def cmd_plot_log(args) -> int:
-    from catcap import api
+    from catcap.viz.training_curves import draw_training_log
 
-    print(f"wrote {api.plot_training(args.run, args.out)}")
-    return 0
+    drawn = draw_training_log(args.run, args.out)
+    print(f"wrote {drawn.path}")
+    if drawn.problems:  # drawn under a new name: the picture of a complete log is never replaced by this one
+        shown = "; ".join(drawn.problems[:5]) + (f" ... ({len(drawn.problems)} in all)" if len(drawn.problems) > 5 else "")
+        print(f"catcap plot-log: {Path(args.run) / 'log.jsonl'} has {len(drawn.problems)} bad line(s), left out: "
+              f"{shown}; drew the rest into {drawn.path}, {drawn.kept} is left as it was", file=sys.stderr)
+    return checks.exit_status(1, len(drawn.problems))
 
 
 def cmd_ablate(args) -> int:

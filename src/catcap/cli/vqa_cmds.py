@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from catcap import api
+from catcap.cli import paths
 
 VQA_HELP = """\
 Visual question answering with a VLP model (docs/vlp.md): fine-tune a VLP checkpoint written by
@@ -44,6 +45,8 @@ def register(sub) -> None:
     tr.add_argument("--fresh", action="store_true", help="keep the checkpoint's architecture and vocabulary but "
                     "start from new weights: the control run of 'does pre-training help'")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    paths.declare(tr, checkpoint=paths.CHECKPOINT, dataset=paths.INPUT, features=paths.INPUT,
+                  out=paths.writes("best", "last", "log.jsonl"))
     tr.set_defaults(func=_train)
     ev = kinds.add_parser("evaluate", help="VQA accuracy overall and per question type")
     ev.add_argument("--model", required=True, metavar="DIR", help="a checkpoint written by catcap vqa train")
@@ -51,6 +54,7 @@ def register(sub) -> None:
     ev.add_argument("--dataset", metavar="FILE.json", help="split file (default: the fine-tuning run's)")
     ev.add_argument("--features", metavar="STORE", help="feature store (default: the fine-tuning run's)")
     ev.add_argument("--output", metavar="FILE.json", help="also write the scores here (atomically)")
+    paths.declare(ev, model=paths.CHECKPOINT, dataset=paths.INPUT, features=paths.INPUT, output=paths.OUTPUT)
     ev.set_defaults(func=_evaluate)
     ak = kinds.add_parser("ask", help="answer a question about a photo or an image of the feature store")
     ak.add_argument("--model", required=True, metavar="DIR", help="a checkpoint written by catcap vqa train")
@@ -60,6 +64,7 @@ def register(sub) -> None:
     ak.add_argument("--features", metavar="STORE", help="feature store (default: the fine-tuning run's)")
     ak.add_argument("--top", type=int, default=3, help="how many answers to print (default 3)")
     ak.add_argument("question")
+    paths.declare(ak, model=paths.CHECKPOINT, image=paths.INPUT, features=paths.INPUT)
     ak.set_defaults(func=_ask)
 
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+from catcap.cli import paths
+
 ZOO_HELP = """\
 The model zoo: trained captioners bundled in the repository's zoo/ folder (another folder
 with --zoo or CATCAP_ZOO), each with fp16 weights, config, vocabulary and a model card that
@@ -67,6 +69,7 @@ def register(sub) -> None:
                             "  catcap zoo list", formatter_class=argparse.RawDescriptionHelpFormatter)
     add_root(ls)
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    paths.declare(ls, zoo=paths.INPUT)
     ls.set_defaults(func=cmd_list)
     build = actions.add_parser("build", help="write zoo/NAME from a checkpoint", description=BUILD_HELP,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,13 +88,26 @@ def register(sub) -> None:
     build.add_argument("--record-captions", metavar="FILE.json",
                        help="write the new model's captions of the photos FILE lists into FILE")
     add_root(build)
+    # the zoo folder gets NAME; --record-captions is read (the photos it lists) and written (their captions)
+    paths.declare(build, checkpoint=paths.CHECKPOINT, scores=paths.INPUT, record_captions=paths.INPUT_OUTPUT,
+                  zoo=ZOO_OUTPUT)
     build.set_defaults(func=cmd_build)
     rebuild = actions.add_parser("rebuild", help="recreate zoo/NAME by rerunning its recorded recipe",
                                  description=REBUILD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     rebuild.add_argument("name", metavar="NAME", help="a bundled model, e.g. flickr8k-cat")
     rebuild.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     add_root(rebuild)
+    paths.declare(rebuild, zoo=ZOO_OUTPUT)
     rebuild.set_defaults(func=cmd_rebuild)
+
+
+def _default_zoo(args) -> str:
+    from catcap import zoo
+
+    return str(zoo.zoo_root(None))
+
+
+ZOO_OUTPUT = paths.Role("output", names=lambda args: [args.name], default=_default_zoo)  # writes zoo/NAME
 
 
 def cmd_list(args) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catcap.config import path_field
+
 
 @dataclass
 class DataConfig:
@@ -15,8 +17,8 @@ class DataConfig:
     min_count: words seen fewer times in the training split become ``<unk>``.
     """
 
-    dataset: str = ""
-    features: str = ""
+    dataset: str = path_field("", "input")
+    features: str = path_field("", "input")
     max_len: int = 16
     min_count: int = 5
     train_split: str = "train"

@@ -101,6 +101,31 @@ def _check_dim(feature_dim) -> int:
     return int(feature_dim)
 
 
+def read_header(source, feature_dim, meta, dim_key: str, meta_key: str) -> tuple[int, dict]:
+    """(feature_dim, meta) of a store's header, checked the same way for every format: the width
+    a positive integer, the meta a JSON object (``meta`` as stored: JSON text, bytes or an object).
+    A FeatureStoreError names the file and the key (``dim_key``/``meta_key``) and says what was
+    expected and found; a wrong type is reported as that, before any image is read."""
+    damaged = "the feature store's header is damaged: extract, import or copy it again"
+    if isinstance(feature_dim, bool) or not isinstance(feature_dim, (int, np.integer)) or feature_dim < 1:
+        raise FeatureStoreError(f"{source}: {dim_key}: expected a positive integer (the width of the features), "
+                                f"found {type(feature_dim).__name__} {_short(feature_dim)}; {damaged}")
+    if isinstance(meta, bytes):
+        meta = meta.decode("utf-8", errors="replace")
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except json.JSONDecodeError as err:
+            raise FeatureStoreError(f"{source}: {meta_key}: expected JSON text, found {_short(meta)} "
+                                    f"({err.msg} at column {err.colno}); {damaged}") from None
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise FeatureStoreError(f"{source}: {meta_key}: expected a JSON object (the encoder, the keys, ...), found "
+                                f"{type(meta).__name__} {_short(meta)}; {damaged}")
+    return int(feature_dim), meta
+
+
 def _missing(key: str, path) -> KeyError:
     return KeyError(f"image {key!r} is not in the feature store {path}; "
                     "extract its features or drop it from the split")

@@ -245,9 +245,10 @@ def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = T
     resume = not overwrite and (out.exists() or out.with_name(out.name + ".partial").exists())
     written = skipped = 0
     meta = {"source_format": fmt, "source": str(source)}
-    with HDF5FeatureWriter(out, dim, meta, resume=resume, overwrite=overwrite) as writer:
+    writer = HDF5FeatureWriter(out, dim, meta, resume=resume, overwrite=overwrite)
+    bar = progress_bar(desc=f"import {fmt}", unit="img", enabled=progress)
+    try:
         done = writer.written_keys()
-        bar = progress_bar(desc=f"import {fmt}", unit="img", enabled=progress)
         for key, feats, boxes in _chain(first, items):
             if key in done:
                 skipped += 1
@@ -255,7 +256,12 @@ def import_features(fmt: str, source, out, *, boxes_dir=None, progress: bool = T
                 writer.write(key, np.asarray(feats, dtype=np.float32), None if boxes is None else np.asarray(boxes, dtype=np.float32))
                 written += 1
             bar.update(1)
+    except BaseException:
+        writer.discard_if_empty()  # refused before any image: no empty .partial is left (one with images resumes)
+        raise
+    finally:
         bar.close()
+    writer.close()
     return {"written": written, "skipped": skipped, "feature_dim": dim, "out": str(out)}
 
 

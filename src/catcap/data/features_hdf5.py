@@ -17,8 +17,8 @@ from pathlib import Path
 import h5py
 
 from catcap.data.feature_base import (
-    REPLACE_ADVICE, FeatureStoreError, ImageFeatures, PathLike, _StoreBase, _WriterBase, _check_dim, _missing,
-    content_sha256, escape_key, unescape_key, validate_features,
+    REPLACE_ADVICE, FeatureStoreError, ImageFeatures, PathLike, _StoreBase, _WriterBase, _missing,
+    content_sha256, escape_key, read_header, unescape_key, validate_features,
 )
 
 FORMAT = "catcap-features-v1"
@@ -99,7 +99,8 @@ def _read_header(f: "h5py.File", path, advice: str = "convert it with HDF5Featur
         raise FeatureStoreError(f"{path} is an HDF5 file but not a catcap feature file: expected "
                                 f"attribute format={FORMAT!r} and a group /images, found "
                                 f"format={found!r}, top-level {sorted(f.keys())[:5]}; {advice}")
-    return _check_dim(f.attrs.get("feature_dim")), json.loads(f.attrs.get("meta", "{}"))
+    return read_header(path, f.attrs.get("feature_dim"), f.attrs.get("meta", "{}"), "attribute feature_dim",
+                       "attribute meta")
 
 
 def _inspect(path: Path, name: Path) -> tuple[int, dict]:

@@ -14,7 +14,7 @@ import numpy as np
 from catcap.atomic import atomic_write, write_text_atomic
 from catcap.data.feature_base import (
     FeatureStoreError, ImageFeatures, PathLike, _StoreBase, _WriterBase,
-    _check_dim, _missing, escape_key, unescape_key, validate_features,
+    _missing, escape_key, read_header, unescape_key, validate_features,
 )
 
 NPZ_FORMAT = "catcap-features-npz-v1"
@@ -63,7 +63,7 @@ def _read_meta_json(path: Path) -> tuple[int, dict]:
     if not isinstance(head, dict) or head.get("format") != NPZ_FORMAT:
         found = head.get("format") if isinstance(head, dict) else type(head).__name__
         raise FeatureStoreError(f"{path / 'meta.json'}: expected format {NPZ_FORMAT!r}, found {found!r}")
-    return _check_dim(head.get("feature_dim")), dict(head.get("meta") or {})
+    return read_header(path / "meta.json", head.get("feature_dim"), head.get("meta"), '"feature_dim"', '"meta"')
 
 
 class NpzDirFeatureWriter(_WriterBase):

@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping
 
 from catcap.atomic import write_text_atomic
 from catcap.data.text import caption_tokens
+from catcap.metrics.schemas import coco_annotations, coco_image_files
 
 __all__ = ["DatasetImportError", "import_flickr8k", "import_coco", "write_dataset_json"]
 
@@ -275,23 +276,15 @@ def import_coco(captions_json_paths: str | Path | Iterable[str | Path],
     raws: dict[int, list[tuple[int, str]]] = {}
     warnings: list[str] = []
     for path in paths:
-        data = _read_coco(path)
-        for i, img in enumerate(data["images"]):
-            iid, name = img.get("id") if isinstance(img, dict) else None, img.get("file_name") if isinstance(img, dict) else None
-            if not isinstance(iid, int) or isinstance(iid, bool) or not isinstance(name, str):
-                raise DatasetImportError(f"{path}: images[{i}]: expected an object with an integer \"id\" and a string "
-                                         f"\"file_name\", found {img!r:.100}")
+        data = _read_coco(path)  # checked by the validators of every COCO reader (catcap.metrics.schemas)
+        for iid, name in coco_image_files(data, str(path), DatasetImportError):
             if iid in files:
                 raise DatasetImportError(f"{path}: image id {iid} ({name}) is also in {from_file[iid]}; expected each "
                                          f"image in one caption file (give each file once)")
             files[iid], from_file[iid] = name, path
             raws[iid] = []
         orphans = 0
-        for i, ann in enumerate(data["annotations"]):
-            iid, cap = (ann.get("image_id"), ann.get("caption")) if isinstance(ann, dict) else (None, None)
-            if not isinstance(iid, int) or not isinstance(cap, str):
-                raise DatasetImportError(f"{path}: annotations[{i}]: expected an object with an integer \"image_id\" "
-                                         f"and a string \"caption\", found {ann!r:.100}")
+        for i, (iid, cap, ann) in enumerate(coco_annotations(data, str(path), DatasetImportError, int_ids=True)):
             if iid not in raws or from_file[iid] != path:
                 orphans += 1
                 continue

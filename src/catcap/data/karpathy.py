@@ -20,7 +20,6 @@ The format::
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -28,6 +27,7 @@ from typing import Any, Iterable
 from catcap.data.text import caption_tokens
 from catcap.metrics.errors import MetricInputError
 from catcap.metrics.files import read_json
+from catcap.metrics.schemas import KarpathyImage, karpathy_images
 
 __all__ = ["ImageRecord", "KarpathyFormatError", "load_karpathy", "parse_karpathy", "split_counts"]
 
@@ -71,10 +71,10 @@ def load_karpathy(path: str | Path, splits: str | Iterable[str] | None = None,
 
 def parse_karpathy(data: Any, splits: str | Iterable[str] | None = None,
                    restval_as_train: bool = True, source: str = "Karpathy split file") -> dict[str, list[ImageRecord]]:
-    """:func:`load_karpathy` on already-parsed JSON."""
-    images = _images(data, source)
-    records = [_record(entry, i, restval_as_train, source) for i, entry in enumerate(images)]
-    _check_unique_ids(records, source)
+    """:func:`load_karpathy` on already-parsed JSON. The file is checked by the validator every
+    reader of Karpathy files uses (:func:`catcap.metrics.schemas.karpathy_images`: ``catcap
+    evaluate`` refuses what this refuses, with the same message)."""
+    records = [_record(image, restval_as_train) for image in karpathy_images(data, source, KarpathyFormatError)]
     grouped: dict[str, list[ImageRecord]] = {}
     for rec in records:
         grouped.setdefault(rec.split, []).append(rec)
@@ -112,56 +112,12 @@ def _read_json(path: Path) -> Any:
         raise KarpathyFormatError(f"{err} (expected a Karpathy split file such as dataset_coco.json)") from None
 
 
-def _images(data: Any, source: str) -> list:
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
-        found = f"an object with keys {sorted(data)[:8]}" if isinstance(data, dict) else f"a {type(data).__name__}"
-        raise KarpathyFormatError(
-            f"{source}: expected a Karpathy split file, an object with an \"images\" list "
-            f"(entries with \"filename\", \"split\", \"sentences\" and \"cocoid\" or \"imgid\"); found {found}"
-        )
-    return data["images"]
-
-
-def _record(entry: Any, i: int, restval_as_train: bool, source: str) -> ImageRecord:
-    where = f"{source}: images[{i}]"
-    if not isinstance(entry, dict):
-        raise KarpathyFormatError(f"{where}: expected an object, found {type(entry).__name__}")
-    image_id = entry.get("cocoid", entry.get("imgid"))
-    if image_id is None or isinstance(image_id, bool) or not isinstance(image_id, (int, str)):
-        raise KarpathyFormatError(f"{where}: expected an integer \"cocoid\" or \"imgid\", found "
-                                  f"{image_id!r} (keys: {sorted(entry)})")
-    where = f"{source}: images[{i}] (id {image_id!r})"
-    for name, kind in (("filename", str), ("split", str), ("sentences", list)):
-        if not isinstance(entry.get(name), kind):
-            raise KarpathyFormatError(f"{where}: expected \"{name}\" to be a {kind.__name__}, "
-                                      f"found {entry.get(name)!r:.80}")
-    raw, captions = [], []
-    for j, sent in enumerate(entry["sentences"]):
-        text, tokens = _sentence(sent, f"{where}.sentences[{j}]")
-        raw.append(text)
-        captions.append(tokens)
-    extra = {k: v for k, v in entry.items() if k not in _KNOWN}
-    split = entry["split"]
+def _record(image: KarpathyImage, restval_as_train: bool) -> ImageRecord:
+    """A validated entry as a record: each caption's tokens are the evaluation's tokens of its
+    ``raw`` text (the file's own ``tokens`` only for a sentence without ``raw``)."""
+    captions = [given if given is not None else caption_tokens(text) for text, given in zip(image.texts, image.tokens)]
+    extra = {k: v for k, v in image.entry.items() if k not in _KNOWN}
+    split = image.split
     if split == "restval" and restval_as_train:
         split, extra["karpathy_split"] = "train", "restval"
-    return ImageRecord(image_id, entry["filename"], split, captions, raw, extra)
-
-
-def _sentence(sent: Any, where: str) -> tuple[str, list[str]]:
-    if isinstance(sent, dict) and isinstance(sent.get("raw"), str):
-        return sent["raw"], caption_tokens(sent["raw"])
-    tokens = sent.get("tokens") if isinstance(sent, dict) else None
-    if isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
-        return " ".join(tokens), list(tokens)
-    raise KarpathyFormatError(f"{where}: expected an object with a string \"raw\" (or a list of string \"tokens\"), "
-                              f"found {sent!r:.80}")
-
-
-def _check_unique_ids(records: list[ImageRecord], source: str) -> None:
-    counts = Counter(r.key for r in records)
-    dups = [k for k, c in counts.items() if c > 1]
-    if dups:
-        raise KarpathyFormatError(
-            f"{source}: expected one entry per image id, found {len(dups)} id(s) used more than once "
-            f"({', '.join(dups[:5])}); image ids key the feature store, so they must be unique"
-        )
+    return ImageRecord(image.image_id, image.filename, split, captions, list(image.texts), extra)

@@ -146,6 +146,11 @@ class CaptionFile:
             self._file.close()
             self._file = None
 
+    def discard(self) -> None:
+        """Close and remove the partial without touching ``out``."""
+        self.close()
+        self.partial.unlink(missing_ok=True)
+
     def finish(self) -> Path:
         """The result lines (the partial without its header) replace ``out`` atomically; the
         partial is removed. Returns ``out``."""

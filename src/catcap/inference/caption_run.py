@@ -154,7 +154,8 @@ def _count(bar, batch: list[Caption], errors: int) -> int:
 
 @dataclass
 class FileResult:
-    """What :func:`caption_to_file` did: ``out`` written (None when already complete),
+    """What :func:`caption_to_file` did: ``out`` written (None when already complete, or when not
+    one image could be read: then ``errors`` lists them all),
     ``done_before`` results kept from a partial, ``captioned`` now, ``errors`` unreadable."""
 
     out: Optional[Path]
@@ -191,6 +192,10 @@ def caption_to_file(job: CaptionJob, out, *, restart: bool = False, batch_size: 
     finally:
         bar.close()
         writer.close()
+    if result.captioned and len(result.errors) == result.captioned and not done:
+        writer.discard()  # not one image could be read: no file of errors only (a finished out stays as it was)
+        result.out = None
+        return result
     writer.finish()
     return result
 

@@ -248,7 +248,7 @@ def images_to_features(encoder, images, device: torch.device, model_cfg=None) ->
         try:
             with Image.open(item) as im:
                 batch.append(encoder.preprocess(im))
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, Image.DecompressionBombError) as err:  # the bomb error is no OSError
             raise ValueError(f"cannot read image {item}: {err}") from None
     return grid_features(encoder, torch.stack(batch), device, model_cfg)
 

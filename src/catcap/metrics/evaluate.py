@@ -98,8 +98,20 @@ def evaluate_captions(
     start = time.perf_counter()
     cands = [ptb_tokenize(results[i]) for i in ids]
     refs = [[ptb_tokenize(r) for r in references[i]] for i in ids]
+    _check_words(ids, refs, references)
     log(f"tokenised {len(cands) + sum(map(len, refs))} captions in {time.perf_counter() - start:.2f}s")
     return evaluate_tokenized(ids, cands, refs, keys, corenlp_dir=corenlp_dir, log=log)
+
+
+def _check_words(ids: list, refs: list[list[list[str]]], references: Mapping[ImageId, Sequence[str]]) -> None:
+    """A reference without a word (empty, or punctuation only) is refused, as ``catcap prepare``
+    and ``train`` refuse it in a dataset: the same file is good or bad for every command."""
+    empty = [(i, j) for i, rs in zip(ids, refs) for j, r in enumerate(rs) if not r]
+    if empty:
+        i, j = empty[0]
+        raise MetricInputError(f"{len(empty)} reference caption(s) have no word after PTB tokenisation, e.g. "
+                               f"caption {j} of image {i!r} ({references[i][j]!r}); expected every reference caption "
+                               "to have a word: fix or remove them in the reference file")
 
 
 def evaluate_tokenized(

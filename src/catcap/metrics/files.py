@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from catcap.metrics.errors import MetricInputError
+from catcap.metrics.schemas import KarpathyImage, coco_annotations, karpathy_images
 
 ImageId = Any  # int or str, as written in the files
 
@@ -80,18 +81,17 @@ def parse_results(data: Any, source: str = "results") -> dict[ImageId, str]:
 
 
 def parse_references(data: Any, split: str | None = None, source: str = "references") -> dict[ImageId, list[str]]:
-    """COCO annotations or a Karpathy split file -> {image_id: [raw captions]}."""
+    """COCO annotations or a Karpathy split file -> {image_id: [raw captions]}; both checked by
+    the validators every reader of these formats uses (:mod:`catcap.metrics.schemas`)."""
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
         refs: dict[ImageId, list[str]] = {}
-        for i, ann in enumerate(data["annotations"]):
-            if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
-                raise MetricInputError(f"{source}: annotation {i} must have 'image_id' and a string 'caption'")
-            refs.setdefault(ann["image_id"], []).append(ann["caption"])
+        for image_id, caption, _ in coco_annotations(data, source):
+            refs.setdefault(image_id, []).append(caption)
         if split is not None:
             raise MetricInputError(f"{source} is a COCO annotation file, which has no splits; drop --split {split}")
         return _nonempty(refs, source)
-    if isinstance(data, dict) and isinstance(data.get("images"), list) and data["images"] and "sentences" in data["images"][0]:
-        return _karpathy(data["images"], split, source)
+    if isinstance(data, dict) and isinstance(data.get("images"), list):
+        return _karpathy(karpathy_images(data, source), split, source)
     raise MetricInputError(
         f"{source}: expected a COCO annotation file (an object with an 'annotations' list) or a "
         f"Karpathy split file (an object with an 'images' list whose entries have 'sentences'); "
@@ -99,8 +99,8 @@ def parse_references(data: Any, split: str | None = None, source: str = "referen
     )
 
 
-def _karpathy(images: list, split: str | None, source: str) -> dict[ImageId, list[str]]:
-    splits = Counter(img.get("split", "<none>") for img in images)
+def _karpathy(images: list[KarpathyImage], split: str | None, source: str) -> dict[ImageId, list[str]]:
+    splits = Counter(img.split for img in images)
     if split is None:
         raise MetricInputError(
             f"{source} is a Karpathy split file: name the split to evaluate with --split "
@@ -108,12 +108,7 @@ def _karpathy(images: list, split: str | None, source: str) -> dict[ImageId, lis
         )
     if split not in splits:
         raise MetricInputError(f"{source}: no images in split {split!r}; available splits: {', '.join(sorted(splits))}")
-    refs: dict[ImageId, list[str]] = {}
-    for img in images:
-        if img.get("split") != split:
-            continue
-        image_id = img.get("cocoid", img.get("imgid", img.get("filename")))
-        refs[image_id] = [s["raw"] if "raw" in s else " ".join(s["tokens"]) for s in img["sentences"]]
+    refs = {img.image_id: img.texts for img in images if img.split == split}
     return _nonempty(refs, source)
 
 

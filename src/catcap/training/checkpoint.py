@@ -171,6 +171,7 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     if not isinstance(meta.get("config"), dict):
         raise CheckpointError(f"{directory}/config.json: expected the experiment config under \"config\", found "
                               f"{type(meta.get('config')).__name__}; the checkpoint is damaged: save it again")
+    _check_config(directory / "config.json", meta)
     hashes = _hashes(directory, meta)
     out = {"weights": _read_tensors(directory / "model.safetensors", hashes), "config": meta["config"],
            "vocab": _read_json(directory / "vocab.json", hashes),
@@ -178,6 +179,28 @@ def load_checkpoint(directory: str | Path, *, with_trainer: bool = False) -> dic
     if with_trainer:
         out["trainer"] = load_trainer_state(directory, hashes)
     return out
+
+
+def _check_config(path: Path, meta: dict) -> None:
+    """Why an edited config.json is refused, said precisely: when its content no longer matches
+    its own sha256, the experiment config in it (a VQA checkpoint's: its captioner's) is checked
+    against the config schema first, so that a field edited to the wrong type or an impossible
+    value is reported as that, naming the key, what was expected and what was found (the hash
+    would only say that the file changed). An unedited file is left to its reader: it is what
+    some catcap wrote, and an older version's keys are not damage."""
+    hashes = meta.get("sha256")
+    if not isinstance(hashes, dict) or hashes.get("content") == _content_sha256(meta):
+        return
+    from catcap.config import ConfigError, from_dict
+    from catcap.training.experiment import ExperimentConfig
+
+    config = meta["config"]
+    part, where = (config.get("captioner"), "config.captioner") if "vqa" in config else (config, "config")
+    try:
+        from_dict(ExperimentConfig, part, where)
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: {err}; the checkpoint's config was edited or damaged: use another checkpoint "
+                              "or a good copy") from None
 
 
 def _hashes(directory: Path, meta: dict) -> dict | None:

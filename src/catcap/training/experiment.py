@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from catcap.config import path_field
 from catcap.data.config import DataConfig
 from catcap.models.config import ModelConfig
 from catcap.training.awc import AWCConfig
@@ -14,7 +15,9 @@ from catcap.training.scheduled_sampling import ScheduledSamplingConfig
 from catcap.training.scst import SCSTConfig
 
 
-HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions that report history weights
+HISTORY_VARIANTS = ("caca", "light_caca")
+# what a run writes into out_dir (catcap.training.loop, runlog, reward): the rest of the folder is kept
+RUN_FILES = ("best", "last", "log.jsonl", "log.*.jsonl", "training.png", "*.cider-df.npz", ".*.tmp-*", ".*.old")  # cross attentions that report history weights
 
 
 @dataclass
@@ -62,7 +65,7 @@ class TrainConfig:
     awc: AWCConfig = field(default_factory=AWCConfig)
     objective: Literal["xe", "scst", "xe_then_scst"] = "xe"
     scst: SCSTConfig = field(default_factory=SCSTConfig)
-    init_from: str = ""
+    init_from: str = path_field("", "input")
     val_beam: int = 1
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     accumulate: int = 1
@@ -102,7 +105,7 @@ class ExperimentConfig:
     """Everything one training run needs. ``out_dir`` receives checkpoints and logs."""
 
     name: str = "experiment"
-    out_dir: str = "runs/experiment"
+    out_dir: str = path_field("runs/experiment", "output", RUN_FILES)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

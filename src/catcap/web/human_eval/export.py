@@ -30,6 +30,7 @@ from catcap.web.human_eval.stats import fleiss_kappa, sign_test
 from catcap.web.human_eval.study import Study, load_study
 
 CATEGORIES = ("A", "B", "none")
+EXPORTED = ("winners.csv", "votes.csv", "summary.json", "summary.html")  # the files written into --out
 
 
 def tally(study: Study) -> dict[str, list[dict]]:
@@ -137,12 +138,40 @@ th:first-child, td:first-child {{ text-align: left; }} .note {{ color: #5b6670; 
 """
 
 
+def unknown_votes(study: Study) -> list[str]:
+    """The stored vote rows the study does not know (a rater, an item, a criterion or a choice
+    that is not its own: a votes.sqlite edited, or copied from another study), one line each."""
+    raters, criteria, n = study.raters, set(study.criteria), len(study.items)
+    bad = []
+    for v in study.store().votes():
+        why = ("rater" if v.rater not in raters else "item" if not 0 <= v.item < n else
+               "criterion" if v.criterion not in criteria else "choice" if v.choice not in (*CATEGORIES, "skip") else "")
+        if why:
+            bad.append(f"rater {v.rater!r} item {v.item} criterion {v.criterion!r} choice {v.choice!r} (unknown {why})")
+    return bad
+
+
 def export_study(folder: str | Path, out: str | Path) -> dict:
-    """Write winners.csv, votes.csv, summary.json and summary.html of a study into ``out``."""
+    """Write winners.csv, votes.csv, summary.json and summary.html of a study into ``out``. A
+    summary is a derived output: from votes the study does not know, nothing is written (the
+    files of an earlier export stay as they were) and the error lists the rows."""
+    import sqlite3
+
     study = load_study(folder)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file; expected a folder for the exported files")
+    try:
+        bad = unknown_votes(study)
+    except sqlite3.Error as err:
+        raise ValueError(f"{study.store().path}: not a readable vote database ({err}); expected the SQLite file "
+                         "catcap human-eval create made: restore it from a copy") from None
+    if bad:
+        shown = "; ".join(bad[:3]) + (f" ... ({len(bad)} in all)" if len(bad) > 3 else "")
+        raise ValueError(f"{study.store().path} holds {len(bad)} vote row(s) this study does not know: {shown}; "
+                         f"expected votes of the raters {sorted(study.raters)} on items 0..{len(study.items) - 1}; "
+                         f"nothing was exported (an earlier export in {out} is kept): remove those rows or export "
+                         "the study they belong to")
     tallies = tally(study)
     summary = summarize(study, tallies)
     out.mkdir(parents=True, exist_ok=True)

@@ -181,4 +181,30 @@ def load_study(folder: str | Path) -> Study:
                          f"this catcap reads version {VERSION}")
     if not (folder / VOTES).is_file():
         raise FileNotFoundError(f"{folder / VOTES} is missing; the study's vote database was deleted or moved")
+    _check_manifest(folder / MANIFEST, manifest)
     return Study(folder, manifest)
+
+
+def _check_manifest(path: Path, manifest: dict) -> None:
+    """The parts of study.json the server and the export read, with their types: a manifest
+    edited by hand fails here, naming the key, not later inside a summary."""
+    def need(ok: bool, key: str, expected: str, found) -> None:
+        if not ok:
+            raise ValueError(f"{path}: {key}: expected {expected}, found {found!r:.80}; the study manifest was edited "
+                             "or damaged: restore it from a copy (it is written once, by catcap human-eval create)")
+
+    items, raters, criteria, systems = (manifest.get(k) for k in ("items", "raters", "criteria", "systems"))
+    need(isinstance(items, list) and items != [], "items", "a non-empty list", items)
+    for i, item in enumerate(items):
+        need(isinstance(item, dict) and item.get("item") == i and "image_id" in item, f"items[{i}]",
+             f'an object with "item": {i} and an "image_id"', item)
+    need(isinstance(raters, list) and raters != [], "raters", "a non-empty list", raters)
+    for i, r in enumerate(raters):
+        need(isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("order"), list)
+             and isinstance(r.get("a_left"), list) and len(r["a_left"]) == len(items), f"raters[{i}]",
+             f'an object with a text "id" and "order" and "a_left" lists ({len(items)} items)', r)
+    need(isinstance(criteria, list) and criteria != [] and all(isinstance(c, dict) and isinstance(c.get("key"), str)
+                                                               for c in criteria),
+         "criteria", 'a non-empty list of objects with a text "key"', criteria)
+    need(isinstance(systems, dict) and all(isinstance(systems.get(s), dict) and isinstance(systems[s].get("name"), str)
+                                           for s in "AB"), "systems", 'objects "A" and "B" with a text "name"', systems)
