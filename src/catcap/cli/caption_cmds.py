@@ -14,15 +14,20 @@ from `catcap extract` captions photo files directly: the checkpoint records the 
 and its preprocessing, and the photos go through exactly that. For other models (e.g. the
 built-in world's detector-like features) name images by their key in the feature store or by
 an image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
---json prints [{"image": ..., "caption": ...}, ...] instead of "image: caption" lines.
+--json prints [{"image": ..., "image_id": ..., "caption": ...}, ...] instead of "image: caption"
+lines: records that `catcap evaluate`, `compare`, `report` and `human-eval` read as they are.
+image_id is the id the reference file gives the photo (--refs REFS.json: a Karpathy split file
+or COCO annotations), else the one its file name carries (a Flickr photo id,
+1000268201_693b08cb0e.jpg -> 1000268201, as `catcap import` numbers Flickr8k; a COCO file name's
+id); a feature-store key is its own id.
 
 Thousands of photos: reading the JPEGs (--workers processes), the image encoder and the caption
 decoder run as a pipeline (the encoder of one batch overlaps the decoding of the one before,
 with bounded queues: memory stays flat), with a progress bar in images/s on stderr. An image
 that cannot be read is reported on stderr and skipped, never stopping the run.
 
---out FILE.jsonl writes one line per image, in input order: {"image": ..., "caption": ...}
-(plus "error" for an unreadable image, with "caption": null). Lines are appended to
+--out FILE.jsonl writes one line per image, in input order: {"image": ..., "image_id": ...,
+"caption": ...} (plus "error" for an unreadable image, with "caption": null). Lines are appended to
 FILE.jsonl.partial after every batch and the file is renamed into place at the end, so an
 interrupted run continues where it stopped when the same command runs again (a partial made
 with another model, --beam, --max-len, --batch-size or other inputs is refused). A finished
@@ -36,6 +41,7 @@ example:
   catcap caption --checkpoint runs/flickr8k/cat/best my_photo.jpg another.jpg
   catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
   catcap caption photos/ --out captions.jsonl
+  catcap caption photos/ --out captions.jsonl --refs data/flickr8k/dataset_flickr8k.json
   catcap caption photos/ --out captions.jsonl --restart --beam 5 --max-len 16
   catcap caption photos/ --out captions.jsonl --shard 0/4 --workers 1
 """
@@ -49,7 +55,7 @@ def default_workers() -> int:
 
 
 def register(sub) -> None:
-    cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
+    cap = sub.add_parser("caption", help="caption photos (default model: the bundled flickr8k-m2)", description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
                      "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-m2)")
@@ -61,6 +67,9 @@ def register(sub) -> None:
     cap.add_argument("--shard", metavar="I/N", help="caption only block I of N (0 <= I < N) into --out's part "
                      "FILE.part-III-of-NNN.jsonl; join the parts with catcap merge FILE.jsonl")
     cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
+    cap.add_argument("--refs", metavar="REFS.json", help="a Karpathy split file or COCO annotations: each photo's "
+                     "image_id in the output is the one this file gives its file name (default: the id the file "
+                     "name carries, e.g. a Flickr photo id)")
     cap.add_argument("--beam", type=int, default=3, help="beam size (default 3)")
     cap.add_argument("--max-len", type=int, default=20, help="most words per caption (default 20)")
     cap.add_argument("--length-penalty", type=float, default=0.0, metavar="LP",
@@ -107,13 +116,25 @@ def cmd_caption(args) -> int:
         checkpoint = entry.path
         _log(f"using the bundled model {entry.name} ({entry.path}; --checkpoint picks another)")
     job = api.prepare_caption(checkpoint, args.images, features=args.features, beam=args.beam, max_len=args.max_len,
-                              device=args.device, shard=shard, length_penalty=args.length_penalty)
+                              device=args.device, shard=shard, length_penalty=args.length_penalty, refs=args.refs)
+    _note_missing_ids(job, args)
     try:
         if args.out is not None:
             return _to_file(api, job, args, shard)
         return _print(api, job, args)
     finally:
         job.close()
+
+
+def _note_missing_ids(job, args) -> None:
+    """Say once when some results will have no image_id (scoring them then needs the ids)."""
+    if args.out is None and not args.json:
+        return
+    missing = [item for item, image_id in zip(job.items, job.image_ids) if image_id is None]
+    if missing:
+        where = f"{args.refs} does not list them and their" if args.refs else "their"
+        _log(f"{len(missing)} of {len(job.items)} images get no image_id ({where} file names carry none, e.g. "
+             f"{missing[0]}); to score the captions, pass --refs REFS.json (the references that list these files)")
 
 
 def _to_file(api, job, args, shard) -> int:

@@ -151,7 +151,7 @@ def cmd_create(args) -> int:
 
     raters = args.raters if args.raters is not None or args.rater_ids else 5
     study = create_study(args.out, args.a, args.b, args.refs, args.images, split=args.split, n=args.n, raters=raters,
-                         rater_ids=args.rater_ids, seed=args.seed, names=args.names, log=_log)
+                         rater_ids=args.rater_ids, seed=args.seed, names=args.names)
     print(f"study written to {args.out}: {len(study.items)} images, raters {', '.join(study.raters)}")
     print(f"serve it with: catcap human-eval serve {args.out}")
     return 0

@@ -7,7 +7,7 @@ See docs/pipeline.md for the design (stages, queues, threads, resume) and its me
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -22,7 +22,8 @@ PROGRESS_FROM = 32  # a bar for more images than this (a handful of photos capti
 class CaptionJob:
     """A loaded captioner and what it captions: ``items`` (as given, folders expanded),
     ``is_file[i]`` (read from pixels, else a key of ``store``), decoding ``beam``, ``max_len``
-    and ``length_penalty``; ``settings`` identify the results (recorded in a partial output)."""
+    and ``length_penalty``; ``settings`` identify the results (recorded in a partial output);
+    ``image_ids[i]``: the id the results record for item i (None: unknown)."""
 
     cap: object
     items: list[str]
@@ -32,15 +33,17 @@ class CaptionJob:
     max_len: int = 20
     settings: dict = field(default_factory=dict)
     length_penalty: float = 0.0
+    image_ids: list = field(default_factory=list)
 
     def batches(self, start: int = 0, *, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
                 threads: Optional[int] = None) -> Iterator[list[Caption]]:
-        """Captions of ``items[start:]``, one list per batch, in input order (see
-        :func:`catcap.inference.pipeline.caption_batches`)."""
-        yield from caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
-                                   beam=self.beam, max_len=self.max_len, length_penalty=self.length_penalty,
-                                   batch_size=batch_size,
-                                   workers=workers, pipelined=pipelined, threads=threads)
+        """Captions of ``items[start:]``, one list per batch, in input order, each with its image
+        id (see :func:`catcap.inference.pipeline.caption_batches`)."""
+        ids = iter(self.image_ids[start:] if self.image_ids else [])
+        for batch in caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
+                                     beam=self.beam, max_len=self.max_len, length_penalty=self.length_penalty,
+                                     batch_size=batch_size, workers=workers, pipelined=pipelined, threads=threads):
+            yield [replace(c, image_id=next(ids, None)) for c in batch]
 
     def close(self) -> None:
         if self.store is not None and hasattr(self.store, "close"):
@@ -49,9 +52,10 @@ class CaptionJob:
 
 def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None, beam: int = 3, max_len: int = 20,
             device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None,
-            length_penalty: float = 0.0) -> CaptionJob:
+            length_penalty: float = 0.0, refs=None) -> CaptionJob:
     """Load the captioner and check the items before anything runs (see ``catcap.api.caption``).
-    ``take``: keeps a part of the expanded items (a shard's block)."""
+    ``take``: keeps a part of the expanded items (a shard's block); ``refs``: a reference file
+    whose file names give the photos' image ids (:mod:`catcap.metrics.result_ids`)."""
     from catcap import zoo as model_zoo
     from catcap.inference.captioner import Captioner
     from catcap.inference.evaluation import check_beam, check_length_penalty
@@ -66,7 +70,8 @@ def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None,
     folder = model_zoo.locate(checkpoint, zoo)
     cap = Captioner.from_pretrained(folder, device=device, zoo=zoo)
     from_pixels = cap.reads_pixels and features is None
-    check_caption_items(items, must_exist=from_pixels)
+    check_caption_items(items, must_exist=from_pixels,
+                        keys_from=None if not from_pixels else cap.data_file("features"))
     if take is not None:
         items = take(items)
     is_file = [from_pixels and Path(i).is_file() for i in items]
@@ -75,7 +80,20 @@ def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None,
                 "features": None if all(is_file) else str(features or cap.data_file("features"))}
     if length_penalty:  # only when set: partial outputs of earlier versions (no such key) still continue
         settings["length_penalty"] = length_penalty
-    return CaptionJob(cap, items, is_file, store, beam, max_len, settings, length_penalty)
+    if refs is not None:  # the ids the rows record come from it
+        settings["refs"] = str(refs)
+    return CaptionJob(cap, items, is_file, store, beam, max_len, settings, length_penalty,
+                      caption_image_ids(items, is_file, refs))
+
+
+def caption_image_ids(items: Sequence[str], is_file: Sequence[bool], refs=None) -> list:
+    """The image id of each item: a photo's from ``refs``' file names, else from its file name
+    (:class:`catcap.metrics.result_ids.ImageIds`); a feature-store key's is the key."""
+    from catcap.metrics.files import read_json
+    from catcap.metrics.result_ids import ImageIds, id_from_key
+
+    ids = ImageIds.from_references(read_json(refs, "references"), str(refs)) if refs is not None else ImageIds()
+    return [ids.of(item) if file else id_from_key(Path(item).stem) for item, file in zip(items, is_file)]
 
 
 def _open_store(cap, features: Optional[str], keys_of: list[str]):
@@ -114,9 +132,11 @@ def expand_image_folders(items: Sequence[str]) -> list[str]:
     return out
 
 
-def check_caption_items(items: Sequence[str], must_exist: bool) -> None:
+def check_caption_items(items: Sequence[str], must_exist: bool, keys_from: Optional[str] = None) -> None:
     """With ``must_exist`` (a model that reads pixels), an item that looks like an image path (an
-    image suffix or a folder part) must be an existing file (folders are expanded before)."""
+    image suffix or a folder part) must be an existing file (folders are expanded before); any
+    other item that is no file must be a key of the feature store ``keys_from``, so without that
+    file it is named as the missing photo or folder it most likely is (``catcap caption photo5``)."""
     from catcap.features.extract import IMAGE_SUFFIXES
 
     if not items:
@@ -126,6 +146,10 @@ def check_caption_items(items: Sequence[str], must_exist: bool) -> None:
         looks_like_file = path.suffix.lower() in IMAGE_SUFFIXES or len(path.parts) > 1
         if must_exist and looks_like_file and not path.is_file():
             raise FileNotFoundError(f"image file not found: {item}; check the path (the name is case-sensitive)")
+        if must_exist and not path.exists() and keys_from is not None and not Path(keys_from).exists():
+            raise FileNotFoundError(f"no photo or folder named {item!r} in {Path.cwd()}; pass image files or folders "
+                                    "of them (check the name: it is case-sensitive), or feature-store keys with "
+                                    "--features STORE")
 
 
 def _bar(total: int, done: int, progress: bool):

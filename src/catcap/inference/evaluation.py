@@ -53,7 +53,7 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
                         metrics=None, dataset: str | None = None, features: str | None = None,
                         save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
                         device: str = "auto", progress: bool = True, shard=None, dtype=None,
-                        precision: str = "fp32", length_penalty: float = 0.0):
+                        precision: str = "fp32", length_penalty: float = 0.0, images: str | Path | None = None):
     """Caption a split with a trained model and score it like a COCO result file.
 
     Returns (Evaluation, results); ``save_results`` writes the COCO-format results;
@@ -69,9 +69,12 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     caption: under torchrun rank 0 merges the parts into ``save_results`` and scores them (the
     other ranks return ``(None, their results)``); with ``--shard`` every shard returns
     ``(None, results)`` and the parts are joined by ``catcap merge`` and scored by
-    ``catcap evaluate --results``.
+    ``catcap evaluate --results``. ``images`` (a folder of the split's photos, for a model that
+    reads them): caption from those photos, run through the checkpoint's own image encoder into
+    a store in catcap's cache (:mod:`catcap.inference.photo_features`), instead of ``features``.
     """
     from catcap.inference.captioner import Captioner
+    from catcap.inference.photo_features import feature_store
     from catcap.data.datasets import validate_dataset
     from catcap.data.features import open_feature_store
     from catcap.data.karpathy import load_karpathy
@@ -82,12 +85,21 @@ def evaluate_checkpoint(checkpoint: str | Path, *, split: str = "test", beam: in
     if max_len < 1:
         raise ValueError(f"the longest caption (--max-len) must be >= 1 word, got {max_len}")
     which = shard if isinstance(shard, Shard) else parse_shard(shard) if shard else Shard()
+    if images and not which.whole:
+        raise ValueError(f"--images with shard {which}: the shards would extract the same photos at once; extract "
+                         "them first (catcap extract, or one unsharded catcap evaluate --images), then shard with "
+                         "--features")
     if not which.whole and not save_results:
         raise ValueError(f"a sharded evaluation (shard {which}) needs --save-results RESULTS.json: each shard "
                          "writes its part of the captions there, and the scores come from the merged file")
     cap = Captioner.from_pretrained(checkpoint, device=device, dtype=dtype)
+    whose = "" if dataset else " (the checkpoint's data.dataset)"
     dataset = dataset or cap.data_file("dataset")
-    features = features or cap.data_file("features")
+    if not Path(dataset).exists():
+        raise FileNotFoundError(f"reference file {dataset}{whose} does not exist; pass --refs REFS.json, the Karpathy "
+                                "split file of the photos (catcap import makes one: docs/datasets.md; docs/zoo.md has "
+                                "the commands for the bundled models)")
+    features = feature_store(cap, dataset, split, features=features, images=images, progress=progress, log=log)
     records = load_karpathy(dataset, [split])[split]
     store = cap.reading(open_feature_store(features))
     mine = which.take(records)
