@@ -50,7 +50,7 @@ def test_ctrl_c_ends_a_caption_run_with_one_line_and_a_rerun_continues(bundled, 
     stopped = catcap(args, fault="caption.after_batch:sigint:2")
     assert stopped.returncode == 130, stopped.stderr
     match = ONE_LINE.match(last_line(stopped))
-    assert match and match.group(1) == "caption" and match.group(3) == "6" and match.group(4) == "images", stopped.stderr
+    assert match and (match.group(1), match.group(3), match.group(4)) == ("caption", "6", "images"), stopped.stderr
     assert int(match.group(2)) in (2, 4) and match.group(6) == " to continue"  # the bar counts a batch behind the file
     assert not out.exists() and out.with_name(out.name + ".partial").exists()
     again = catcap(args)

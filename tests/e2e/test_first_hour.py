@@ -30,7 +30,8 @@ def chain_inputs(tmp_path_factory):
     images = FLICKR8K / "images"
     lists = {split: FLICKR8K / f"Flickr_8k.{name}Images.txt" for split, name in (("val", "dev"), ("train", "train"))}
     if not images.is_dir() or not all(p.is_file() for p in lists.values()):
-        pytest.skip(f"the Flickr8k photos and split lists are not in {FLICKR8K} (see ../shared/data/flickr8k/README.md)")
+        pytest.skip(f"the Flickr8k photos and split lists are not in {FLICKR8K} "
+                    "(see ../shared/data/flickr8k/README.md)")
     root = tmp_path_factory.mktemp("first_hour")
     chosen = {"val": lists["val"].read_text().split()[:VAL], "train": lists["train"].read_text().split()[:TRAIN]}
     for split, files in chosen.items():

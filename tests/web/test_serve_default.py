@@ -79,7 +79,8 @@ def test_the_page_says_plainly_when_a_model_shows_no_attention_and_a_cat_model_s
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(browser, 120).until(lambda d: d.execute_script(
-        "return document.body.dataset.state === 'done' && document.getElementById('model').textContent.startsWith('CAT')"))
+        "return document.body.dataset.state === 'done' && "
+        "document.getElementById('model').textContent.startsWith('CAT')"))
     assert not browser.find_element(By.ID, "attention-note").is_displayed()
     assert "where in the photo it looked" in browser.find_element(By.ID, "word-hint").text
     assert browser.find_element(By.ID, "history-section").is_displayed()

@@ -55,7 +55,8 @@ def default_workers() -> int:
 
 
 def register(sub) -> None:
-    cap = sub.add_parser("caption", help="caption photos (default model: the bundled flickr8k-m2)", description=CAPTION_HELP,
+    cap = sub.add_parser("caption", help="caption photos (default model: the bundled flickr8k-m2)",
+                         description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
                      "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-m2)")

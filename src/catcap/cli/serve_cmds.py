@@ -30,8 +30,9 @@ then open http://127.0.0.1:8000/ or: curl -F image=@photo.jpg -F beam=3 http://1
 def register(sub) -> None:
     p = sub.add_parser("serve", help="web demo: caption photos in the browser, see where each word looked",
                        description=SERVE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", metavar="DIR", help="a zoo model's name or folder, or a checkpoint folder written by "
-                   "catcap train (trained on `catcap extract` features); default: the bundled model, as catcap caption")
+    p.add_argument("--checkpoint", metavar="DIR", help="a zoo model's name or folder, or a checkpoint folder written "
+                   "by catcap train (trained on `catcap extract` features); default: the bundled model, as catcap "
+                   "caption")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                    "only; 0.0.0.0 opens the demo to your network)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")

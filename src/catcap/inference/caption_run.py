@@ -141,15 +141,31 @@ def check_caption_items(items: Sequence[str], must_exist: bool, keys_from: Optio
 
     if not items:
         raise ValueError("expected at least one image file or feature-store key, got none")
+    keys = []
     for item in items:
         path = Path(item)
         looks_like_file = path.suffix.lower() in IMAGE_SUFFIXES or len(path.parts) > 1
         if must_exist and looks_like_file and not path.is_file():
             raise FileNotFoundError(f"image file not found: {item}; check the path (the name is case-sensitive)")
-        if must_exist and not path.exists() and keys_from is not None and not Path(keys_from).exists():
-            raise FileNotFoundError(f"no photo or folder named {item!r} in {Path.cwd()}; pass image files or folders "
-                                    "of them (check the name: it is case-sensitive), or feature-store keys with "
-                                    "--features STORE")
+        if must_exist and not path.exists() and keys_from is not None:
+            keys.append(item)
+    unknown = _not_in_store(keys, keys_from) if keys else []
+    if unknown:
+        where = f", nor an image {Path(unknown[0]).stem!r} in {keys_from}" if Path(keys_from).exists() else ""
+        raise FileNotFoundError(f"no photo or folder named {unknown[0]!r} in {Path.cwd()}{where}; pass image files "
+                                "or folders of them (check the name: it is case-sensitive), or feature-store keys "
+                                "with --features STORE")
+
+
+def _not_in_store(items: Sequence[str], store_path) -> list[str]:
+    """The items whose stem is not a key of the feature store ``store_path`` (all of them when
+    there is no such file)."""
+    from catcap.data.features import open_feature_store
+
+    if not Path(store_path).exists():
+        return list(items)
+    with open_feature_store(store_path) as store:
+        return [item for item in items if Path(item).stem not in store]
 
 
 def _bar(total: int, done: int, progress: bool):

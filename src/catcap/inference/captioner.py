@@ -5,7 +5,7 @@
     cap.generate(features)                      # greedy, one caption per image
     cap.generate(features, num_beams=5, no_repeat_ngram_size=3)
     cap.generate(features, do_sample=True, top_p=0.9, num_return_sequences=5, seed=0)
-    cap.generate(images="photo.jpg")            # raw images (one, or a list), for models trained on `catcap extract` features
+    cap.generate(images="photo.jpg")            # one image or a list (models trained on `catcap extract` features)
 
 Argument names follow Hugging Face ``generate`` where they exist.
 """
