@@ -12,4 +12,8 @@ def __getattr__(name):  # lazy: ``import catcap`` stays light, ``catcap.Captione
         from catcap.inference.captioner import Captioner
 
         return Captioner
+    if name == "configure_threads":  # call before `import torch` (catcap/threads.py; loads no torch)
+        from catcap.threads import configure_threads
+
+        return configure_threads
     raise AttributeError(f"module 'catcap' has no attribute {name!r}")

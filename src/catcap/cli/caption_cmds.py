@@ -48,10 +48,11 @@ example:
 
 
 def default_workers() -> int:
-    """JPEG reading processes by default: 1 on a machine of at most 2 cores, else 2."""
-    import os
+    """JPEG reading processes by default: 1 when the process may use at most 2 CPUs (affinity
+    and cgroup quota, catcap.threads), else 2."""
+    from catcap.threads import available_cpus
 
-    return 1 if (os.cpu_count() or 1) <= 2 else 2
+    return 1 if available_cpus() <= 2 else 2
 
 
 def register(sub) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from catcap.threads import default_workers
+
 EXTRACT_HELP = """\
 Turn a folder of images into the features a captioner reads: every image goes through a
 pretrained EfficientNet-Lite (ImageNet weights) and its last convolutional stage is stored as a
@@ -70,10 +72,10 @@ def register(sub) -> None:
     ext.add_argument("--backend", default="torch", choices=["torch", "onnx"],
                      help="torch (default: eager PyTorch) or onnx (ONNX Runtime: several times faster on a CPU)")
     ext.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
-    ext.add_argument("--workers", type=int, default=2,
-                     help="processes decoding and resizing images while the network runs (default 2; 0 = decode "
-                          "in the main process). On a 2-core machine the count changes the speed little; with "
-                          "more cores, workers keep the network busy")
+    ext.add_argument("--workers", type=int, default=default_workers(2),
+                     help="processes decoding and resizing images while the network runs (default 2, or 1 when the "
+                          "process may use only 1 CPU; 0 = decode in the main process). On a 2-core machine the "
+                          "count changes the speed little; with more cores, workers keep the network busy")
     ext.add_argument("--limit", type=_positive_int, metavar="N",
                      help="only the first N images (N >= 1; a quick look): by file name, or with --dataset in "
                           "the dataset file's order")

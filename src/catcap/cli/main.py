@@ -8,6 +8,7 @@ import sys
 from catcap import __version__
 from catcap.malloc import keep_freed_memory
 from catcap.progress import forget_bars
+from catcap.threads import configure_threads
 from catcap.cli import (analyze_cmds, caption_cmds, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds,
                         serve_cmds, train_cmds, vqa_cmds, zoo_cmds)
 
@@ -23,7 +24,8 @@ SECTIONS = (
     ("bundled models", ("zoo",)),
 )
 MORE = ("`catcap COMMAND --help` explains a command, with examples. First steps: README.md; every page: "
-        "docs/README.md.")
+        "docs/README.md;\nthe process settings every command applies (threads, memory) and their switches: "
+        "docs/performance.md.")
 
 
 def command_list(sub) -> str:
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     forget_bars()
     try:
+        configure_threads(warn=False)  # before anything imports torch: OpenMP reads it then ($CATCAP_THREADS; catcap/threads.py)
         keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (every writer leaves its files whole)

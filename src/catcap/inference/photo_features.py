@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import shlex
 from pathlib import Path
 from typing import Callable, Optional
@@ -101,6 +100,7 @@ def photo_store(cap, dataset: str | Path, split: str, images: str | Path, *, pro
     extracts the ones it lacks (resumable, :func:`catcap.features.extract.extract_features`)."""
     from catcap.features.extract import extract_features
     from catcap.inference.captioner import pixel_encoder
+    from catcap.threads import available_cpus
 
     pixel_encoder(cap.features_meta, cap.device)  # a model that cannot read photos says so here
     encoder, backend = cap.features_meta["encoder"], encoder_backend()
@@ -113,7 +113,7 @@ def photo_store(cap, dataset: str | Path, split: str, images: str | Path, *, pro
         if log:
             log("all of them are in the cache already")
         return out
-    workers = 1 if (os.cpu_count() or 1) <= 2 else 2  # JPEG readers, as catcap caption's default
+    workers = 1 if available_cpus() <= 2 else 2  # JPEG readers, as catcap caption's default
     extract_features([Path(p) for p in keys], out, encoder, backend=backend, keys=keys, workers=workers,
                      progress=progress, log=log)
     return out
