@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install catcap with its test extras
 
-demo: $(STAMP)  ## the main job: make a world, train the tiny Transformer, evaluate (~3 min on 2 cores)
+demo: $(STAMP)  ## the main job: make a world, train the tiny Transformer, evaluate (~3.5 min on 2 cores)
 	$(VENV)/bin/catcap demo
 
 test: $(STAMP)  ## run the whole test suite (the README's test command)

@@ -18,3 +18,18 @@ def flickr8k_captions(names: set[str]) -> dict[str, list[str]]:
         if name in names:
             out.setdefault(name, []).append(text.strip())
     return out
+
+
+def bundled_model_path() -> str:
+    """The folder of the bundled default model (``catcap caption`` without --checkpoint); skips
+    the test when it or the image encoder's package is missing."""
+    import pytest
+
+    pytest.importorskip("efficientnet_lite_pytorch", reason="pip install efficientnet-lite-pytorch")
+    from catcap import api
+    from catcap.zoo import ZooError
+
+    try:
+        return str(api.bundled_model().path)
+    except ZooError as err:
+        pytest.skip(f"no bundled zoo model: {err}")

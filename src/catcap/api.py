@@ -35,7 +35,7 @@ def evaluate(
     """Score a COCO result file against COCO annotations or a Karpathy split file."""
     from catcap.metrics.refs_cache import load_wanted_references
 
-    res = load_results(results)  # validate both files before any work
+    res = load_results(results, references)  # validate both files before any work
     refs = load_wanted_references(references, split, list(res))
     return evaluate_captions(res, refs, metrics, corenlp_dir=corenlp_dir, log=log)
 
@@ -54,7 +54,7 @@ def compare(
 ) -> list[Comparison]:
     """Paired bootstrap comparison of two result files on the same images."""
     refs = load_references(references, split)
-    res_a, res_b = load_result_pair(results_a, results_b, "a paired comparison")
+    res_a, res_b = load_result_pair(results_a, results_b, "a paired comparison", references)
     ev_a = evaluate_captions(res_a, refs, metrics, corenlp_dir=corenlp_dir, log=log)
     ev_b = evaluate_captions(res_b, refs, metrics, corenlp_dir=corenlp_dir, log=log)
     return paired_bootstrap(ev_a, ev_b, resamples=resamples, seed=seed)
@@ -187,16 +187,18 @@ def caption(checkpoint, items: Sequence[str], *, features: str | None = None, ge
 
 
 def prepare_caption(checkpoint, items: Sequence[str], *, features: str | None = None, generation=None,
-                    device: str = "auto", zoo: str | Path | None = None, shard=None, **settings):
+                    device: str = "auto", zoo: str | Path | None = None, shard=None,
+                    refs: str | Path | None = None, **settings):
     """The captioner loaded and ``items`` checked, ready to caption (a ``catcap.inference.caption_run.
     CaptionJob``; arguments as :func:`caption`); ``shard`` (a ``catcap.sharding.Shard``) keeps
-    its block of the expanded items."""
+    its block of the expanded items; ``refs``: a reference file whose file names give each
+    photo's ``image_id`` in the results (else the file name's id: :mod:`catcap.metrics.result_ids`)."""
     from catcap.decoding import build_generation_config
     from catcap.inference.caption_run import prepare
 
     take = None if shard is None or shard.whole else shard.take
     return prepare(checkpoint, items, features=features, generation=build_generation_config(settings, generation),
-                   device=device, zoo=zoo, take=take)
+                   device=device, zoo=zoo, take=take, refs=refs)
 
 
 def caption_stream(job, *, progress: bool = True, batch_size: int = 16, workers: int = 2, pipelined: bool = True,

@@ -118,7 +118,8 @@ def from_dict(cls: type[C], data: Any, where: str = "config") -> C:
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in names]
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(names)}")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}{did_you_mean(unknown, names)}; "
+                          f"valid keys: {', '.join(names)}")
     values = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
     try:
         return cls(**values)
@@ -143,6 +144,13 @@ def path_fields(cfg, prefix: str = "") -> list[tuple[str, str, dict]]:
         elif "path" in f.metadata and value:
             found.append((f"{prefix}{f.name}", str(value), dict(f.metadata["path"])))
     return found
+def did_you_mean(unknown: Sequence[str], names: Sequence[str]) -> str:
+    """`` (did you mean 'epochs'?)`` for the unknown keys that are close to a valid one, else ""."""
+    import difflib
+
+    close = [(k, difflib.get_close_matches(str(k), names, n=1, cutoff=0.6)) for k in unknown]
+    hints = [f"{m[0]!r}" + (f" for {k!r}" if len(unknown) > 1 else "") for k, m in close if m]
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
 
 
 def to_dict(cfg) -> dict:

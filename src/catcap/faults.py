@@ -8,10 +8,11 @@ variable ``CATCAP_FAULT`` arms it when the process starts::
     CATCAP_FAULT=checkpoint.after_weights:kill        # SIGKILL this process at the 1st hit
     CATCAP_FAULT=runlog.after_append:kill:7           # ... at the 7th hit of that point
     CATCAP_FAULT=features.after_image:oserror:3       # raise OSError(ENOSPC) at the 3rd hit
+    CATCAP_FAULT=caption.after_batch:sigint:2         # Ctrl-C at the 2nd hit
 
 ``kill`` sends SIGKILL to the process itself (no cleanup, no ``finally``, no atexit: what the
 OOM killer or a cluster's scheduler does); ``oserror`` raises ``OSError(ENOSPC)`` as a full disk
-would. Several points may be armed at once, separated by commas. Unset, a point is one global
+would; ``sigint`` sends SIGINT to the process itself, as Ctrl-C in its terminal does. Several points may be armed at once, separated by commas. Unset, a point is one global
 lookup and a return (no environment read, no string work), so the points stay in the code.
 :data:`POINTS` lists every point with where it is; arming a name not in it is refused, so a
 typo in a test cannot arm nothing. ``docs/reliability.md`` has what each point proves.
@@ -26,7 +27,7 @@ import os
 import signal
 
 VARIABLE = "CATCAP_FAULT"
-ACTIONS = ("kill", "oserror")
+ACTIONS = ("kill", "oserror", "sigint")
 
 POINTS = {
     # training/checkpoint.py: the files of one checkpoint, written into a hidden temporary folder
@@ -69,7 +70,7 @@ def parse(spec: str | None) -> dict[str, tuple[str, int]]:
             continue
         parts = item.strip().split(":")
         if len(parts) not in (2, 3) or parts[0] not in POINTS or parts[1] not in ACTIONS:
-            raise FaultSpecError(f"{VARIABLE}={spec!r}: expected <point>:<kill|oserror>[:<nth>] with a point of "
+            raise FaultSpecError(f"{VARIABLE}={spec!r}: expected <point>:<kill|oserror|sigint>[:<nth>] with a point of "
                                  f"catcap.faults.POINTS, found {item!r}")
         try:
             nth = int(parts[2]) if len(parts) == 3 else 1
@@ -109,4 +110,7 @@ def point(name: str) -> None:
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
         os._exit(137)  # not reached: SIGKILL to oneself is delivered before os.kill returns
+    if action == "sigint":
+        os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt in the main thread
+        return
     raise OSError(errno.ENOSPC, f"No space left on device (injected by {VARIABLE} at {name})")

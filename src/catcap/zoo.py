@@ -344,29 +344,48 @@ def build(name: str, checkpoint: str | Path, *, scores: str | Path | None = None
     minutes = training_minutes(checkpoint)
     time_text = training_time or (f"about {minutes:.0f} min of training steps (from the runs' log.jsonl batch "
                                   "rates; validation not counted)" if minutes is not None else "not recorded")
-    config = {"format": FORMAT, "name": name, "config": ckpt["config"], "features": features}
-    root = zoo_root(root)
-    with building_folder(root / name) as tmp:
+    card = {"checkpoint": str(checkpoint), "commit": commit or _git_commit(), "training_time": time_text,
+            "recipe": recipe, "evaluate": eval_command or "", "build": shlex.join(build_cmd)}
+    return write_model_folder(zoo_root(root) / name, dict(ckpt, weights=weights), card, name=name,
+                              evaluation=evaluation, limits=limits, max_mb=max_mb)
+
+
+def write_model_folder(folder: Path, ckpt: dict, card: dict, *, name: str | None = None,
+                       evaluation: dict | None = None, limits: list[str] | None = None,
+                       max_mb: float | None = None) -> Path:
+    """Write a zoo folder (module doc) from ``ckpt`` (a loaded checkpoint: weights as they are to
+    be stored, config, vocab, features), atomically (built aside, renamed in, an existing folder
+    replaced): ``catcap zoo build`` (fp16 weights, within ``max_mb``) and
+    ``Captioner.save_pretrained`` (the weights as in memory) both write through here. ``card``:
+    the card's checkpoint, commit, training_time, recipe, evaluate and build entries. The same
+    inputs give byte-identical files. Returns ``folder``."""
+    name = name or folder.name
+    config = {"format": FORMAT, "name": name, "config": ckpt["config"], "features": ckpt["features"]}
+    weights = {k: v.detach().cpu().contiguous() for k, v in ckpt["weights"].items()}
+    with building_folder(folder) as tmp:
         # one metadata key: safetensors writes a metadata map in hash order, which varies between runs
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         size = (tmp / "model.safetensors").stat().st_size
-        if size > max_mb * 1e6:
+        if max_mb is not None and size > max_mb * 1e6:
             raise ZooError(f"{name}: model.safetensors would be {size / 1e6:.1f} MB in fp16, more than the zoo's "
                            f"{max_mb:g} MB; bundle a smaller model")
         (tmp / "config.json").write_bytes(_dump_json(config))
         (tmp / "vocab.json").write_bytes(_dump_json(ckpt["vocab"]))
         meta = {"format": FORMAT, "name": name, "sha256": {f: sha256_file(tmp / f) for f in HASHED},
-                "encoder": features["encoder"], "checkpoint": str(checkpoint),
-                "commit": commit or _git_commit(), "training_time": time_text,
-                "recipe": recipe, "evaluate": eval_command or "",
-                "build": shlex.join(build_cmd),
+                "encoder": ckpt["features"].get("encoder"), **card,
                 "scores": {k: round(float(v), 6) for k, v in (evaluation or {}).get("corpus", {}).items()},
                 "scored_images": len((evaluation or {}).get("per_image") or []) or None}
         (tmp / "README.md").write_text(model_card(meta, ckpt, weights, size, evaluation, limits or []), encoding="utf-8")
         for f in tmp.iterdir():  # safetensors makes private files; flushed before the folder is renamed in
             fsync_file(f)
             os.chmod(f, NEW_FILE_MODE)
-    return root / name
+    return folder
+
+
+def saved_card(source: str) -> dict:
+    """The card entries of a model saved from Python (no recipe, evaluation or build recorded)."""
+    return {"checkpoint": source, "commit": _git_commit(), "training_time": "not recorded", "recipe": [],
+            "evaluate": "", "build": ""}
 
 
 def rebuild_commands(name: str, root: str | Path | None = None) -> list[str]:

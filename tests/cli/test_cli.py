@@ -23,7 +23,7 @@ def catcap(*args, check=True):
     return proc
 
 
-@pytest.mark.parametrize("command, count", [("evaluate", 6), ("compare", 1)])
+@pytest.mark.parametrize("command, count", [("evaluate", 8), ("compare", 1)])
 def test_help_examples_are_commands_that_parse(command, count):
     """The examples of ``--help`` (as the installed command prints it) parse, option for option,
     with the values they show."""

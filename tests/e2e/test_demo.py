@@ -1,9 +1,13 @@
 """`catcap demo` end to end on a small world: trains, evaluates, beats the baseline."""
 
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 
 def test_demo_small_world_beats_the_most_frequent_caption(tmp_path):
@@ -82,3 +86,23 @@ def test_compare_overrides_take_the_family_recipe_at_its_tiny_size():
     assert (att2in.decoder, att2in.d_model, att2in.rnn.maxout, att2in.rnn.pooled_embedding) == ("att2in", 128, True, False)
     transformer = load_config(ExperimentConfig, DEMO_CONFIG, variant_overrides("cat"))
     assert transformer.train.label_smoothing == 0.0 and transformer.train.grad_clip_mode == "norm"
+
+
+README_RANGES = re.compile(r"prints CIDEr-D between ([\d.]+) and ([\d.]+) and BLEU-4 between ([\d.]+) and ([\d.]+)")
+
+
+@pytest.mark.skipif(os.environ.get("CATCAP_FULL_DEMO") != "1",
+                    reason="the full `make demo` takes ~3.5 min on 2 cores: CATCAP_FULL_DEMO=1 runs it")
+def test_make_demo_is_the_demo_and_prints_the_readmes_ranges(tmp_path):
+    """`make demo` is `catcap demo` with its defaults (checked on make's dry run), and that prints
+    the test CIDEr-D and BLEU-4 within the ranges the README states."""
+    repo = Path(__file__).resolve().parents[2]
+    dry = subprocess.run(["make", "-n", "demo"], cwd=repo, capture_output=True, text=True)
+    assert dry.returncode == 0 and dry.stdout.strip().splitlines()[-1].endswith("bin/catcap demo"), dry.stdout
+    low_c, high_c, low_b, high_b = map(float, README_RANGES.search((repo / "README.md").read_text()).groups())
+    proc = subprocess.run([sys.executable, "-m", "catcap", "demo", "--out", str(tmp_path / "demo")],
+                          capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cider = float(re.search(r"^CIDEr\s+([\d.]+)\s+[\d.]+$", proc.stdout, re.M).group(1))
+    bleu4 = float(re.search(r"^Bleu_4\s+([\d.]+)\s+[\d.]+$", proc.stdout, re.M).group(1))
+    assert low_c <= cider <= high_c and low_b <= bleu4 <= high_b, proc.stdout

@@ -5,6 +5,7 @@ shard's part. Uses the bundled zoo model (reads pixels) on 9 Flickr8k photos + 1
 
 import json
 import os
+from pathlib import Path
 import subprocess
 import time
 import sys
@@ -14,6 +15,7 @@ import pytest
 from catcap import api
 from catcap.inference.caption_file import HEADER, partial_path
 from catcap.cli.main import main
+from flickr8k_files import bundled_model_path
 
 BATCH = 4
 SETTINGS = ["--beam", "2", "--max-len", "8", "--batch-size", str(BATCH), "--device", "cpu", "--quiet"]
@@ -33,13 +35,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def model():
-    pytest.importorskip("efficientnet_lite_pytorch", reason="pip install efficientnet-lite-pytorch")
-    from catcap.zoo import ZooError
-
-    try:
-        return str(api.bundled_model().path)
-    except ZooError as err:
-        pytest.skip(f"no bundled zoo model: {err}")
+    return bundled_model_path()
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +80,10 @@ def test_the_jsonl_file_is_one_result_line_per_image_in_order(model, photos, ite
     lines = uninterrupted.decode("utf-8").splitlines(keepends=True)
     rows = [json.loads(line) for line in lines]
     assert [r["image"] for r in rows] == items
-    assert all(set(r) == {"image", "caption"} and isinstance(r["caption"], str) for i, r in enumerate(rows) if i != 1)
-    assert set(rows[1]) == {"image", "caption", "error"} and rows[1]["caption"] is None
+    assert all(set(r) == {"image", "image_id", "caption"} and isinstance(r["caption"], str)
+               for i, r in enumerate(rows) if i != 1)
+    assert [r["image_id"] for r in rows] == [int(Path(i).name.split("_")[0]) for i in items]  # Flickr photo ids
+    assert set(rows[1]) == {"image", "image_id", "caption", "error"} and rows[1]["caption"] is None
     assert lines == [json.dumps(r, ensure_ascii=False) + "\n" for r in rows]
     out = tmp_path / "again.jsonl"
     out.write_bytes(uninterrupted)

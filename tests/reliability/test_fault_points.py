@@ -183,7 +183,7 @@ def test_a_vote_killed_mid_write_is_all_or_nothing_and_the_rater_continues(point
 
 def test_an_unknown_fault_point_is_refused():
     proc = run(["-c", "import catcap.faults"], fault="checkpoint.after_weight:kill")
-    assert proc.returncode == 1 and "expected <point>:<kill|oserror>[:<nth>]" in proc.stdout
+    assert proc.returncode == 1 and "expected <point>:<kill|oserror|sigint>[:<nth>]" in proc.stdout
 
 
 def test_fault_points_parse_count_and_fire_only_when_armed():

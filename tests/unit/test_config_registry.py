@@ -35,7 +35,8 @@ def test_defaults_yaml_base_and_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["model.d_modle=3"], r"config.model: unknown key\(s\) 'd_modle'; valid keys: d_model, dropout"),
+    (["model.d_modle=3"], r"config.model: unknown key\(s\) 'd_modle' \(did you mean 'd_model'\?\); valid keys: "
+                          r"d_model, dropout"),
     (["model.cross_attention=lstm"], r"config.model.cross_attention: expected one of 'vanilla', 'caca', found 'lstm'"),
     (["seed=abc"], r"config.seed: expected int, found str 'abc'"),
     (["seed=true"], r"expected int, found a boolean"),

@@ -222,3 +222,30 @@ def test_no_runnable_metric_is_a_clear_error(files, monkeypatch):
     monkeypatch.setattr("catcap.web.report.evaluate_captions", nothing_runs)
     with pytest.raises(ValueError, match=r"none of the metrics meteor could run here \(METEOR: no Java runtime found\)"):
         compute_report(files["a"], files["b"], files["refs"], split="test", metrics="meteor")
+
+
+def test_a_difference_that_rounds_to_zero_prints_as_a_grey_zero_never_minus_zero():
+    from catcap.web.report import _diff_class, _num
+
+    for tiny in (-1e-17, -4.9e-5, 0.0, 3e-6):
+        assert (_num(tiny, signed=True), _diff_class(tiny)) == ("0.0000", "zero")
+    assert (_num(-0.00005, signed=True), _diff_class(-0.00005)) == ("-0.0001", "neg")
+    assert (_num(0.25, signed=True), _diff_class(0.25)) == ("+0.2500", "pos")
+
+
+def test_the_sticky_filter_bar_never_covers_the_table_headers(browser, tmp_path):
+    """In a real Chromium, scrolled into the rows: the filter bar stays on top and the header row
+    sits right under it, fully visible (a screenshot goes to the test's tmp folder)."""
+    from caption_files import study_inputs
+
+    f = study_inputs(tmp_path / "in", count=24)
+    out = tmp_path / "report.html"
+    write_report(out, f["a"], f["b"], f["refs"], split="test", images=f["images"], names="base,cat", resamples=50)
+    browser.get(out.as_uri())
+    browser.execute_script("window.scrollTo(0, 1500)")
+    bar, head = browser.execute_script("""
+        const r = (e) => { const b = e.getBoundingClientRect(); return [b.top, b.bottom]; };
+        return [r(document.getElementById('controls')), r(document.querySelector('#images thead th'))];""")
+    assert bar[0] == 0 and head[0] >= bar[1] - 0.5 and head[1] > head[0], (bar, head)
+    assert browser.execute_script("return window.scrollY") > 1000  # the rows really scrolled under them
+    browser.save_screenshot(str(tmp_path / "report-scrolled.png"))

@@ -70,6 +70,34 @@ def test_the_built_model_captions_as_its_checkpoint(zoo_model):
         Captioner.from_pretrained(folder, device="cpu", dtype="int8")
 
 
+def test_save_pretrained_writes_a_folder_that_loads_back_and_captions_the_same(zoo_model, tmp_path):
+    """Captioner.save_pretrained (the writer of catcap zoo build): fp32 weights as in memory, a card
+    marked as saved from Python; from_pretrained checks and loads it; the same captions. One photo
+    given as a path string, a Path or a PIL image is one image (not its characters)."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    _, _, checkpoint, photos = zoo_model
+    original = Captioner.from_pretrained(checkpoint, device="cpu")
+    folder = original.save_pretrained(tmp_path / "my-cat")
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors", "vocab.json"]
+    card = read_card(folder)
+    assert card["checkpoint"] == "Captioner.save_pretrained" and card["name"] == "my-cat" and card["build"] == ""
+    text = (folder / "README.md").read_text()
+    assert "saved with `Captioner.save_pretrained`" in text and "float32" in text
+    again = Captioner.from_pretrained(str(folder), device="cpu")
+    assert all(torch.equal(again.model.state_dict()[k], v) for k, v in original.model.state_dict().items())
+    paths = [str(p) for p in photos]
+    assert again.generate(images=paths, max_length=12) == original.generate(images=paths, max_length=12)
+    one = original.generate(images=paths[0], max_length=12)
+    with Image.open(paths[0]) as im:
+        assert one == original.generate(images=Path(paths[0]), max_length=12) == \
+            original.generate(images=im, max_length=12) == original.generate(images=paths[:1], max_length=12)
+    assert len(one) == 1 and isinstance(one[0], str)
+    assert load_zoo_folder(folder)["card"]["sha256"] == card["sha256"]  # the hashes guard the files
+
+
 def test_the_card_records_hashes_recipe_and_scores(zoo_model, scores_file):
     root, folder, checkpoint, _ = zoo_model
     card = read_card(folder)

@@ -17,7 +17,12 @@ from `catcap extract` captions photo files directly: the checkpoint records the 
 and its preprocessing, and the photos go through exactly that. For other models (e.g. the
 built-in world's detector-like features) name images by their key in the feature store or by
 an image file whose name (without extension) is the key, e.g. a built-in world's images/12.png.
---json prints [{"image": ..., "caption": ...}, ...] instead of "image: caption" lines.
+--json prints [{"image": ..., "image_id": ..., "caption": ...}, ...] instead of "image: caption"
+lines: records that `catcap evaluate`, `compare`, `report` and `human-eval` read as they are.
+image_id is the id the reference file gives the photo (--refs REFS.json: a Karpathy split file
+or COCO annotations), else the one its file name carries (a Flickr photo id,
+1000268201_693b08cb0e.jpg -> 1000268201, as `catcap import` numbers Flickr8k; a COCO file name's
+id); a feature-store key is its own id.
 --checkpoint A,B captions with an ensemble of the models (their log-probabilities averaged at
 every step; docs/generation.md). Decoding: beam 3, at most 20 words, unless the generation
 flags say otherwise (docs/generation.md lists every setting).
@@ -28,8 +33,8 @@ with bounded queues: memory stays flat), with a progress bar in images/s on stde
 that cannot be read is reported on stderr and skipped, never stopping the run; the exit status
 is then 1, or 2 when not one image could be read (nothing is written; docs/cli.md).
 
---out FILE.jsonl writes one line per image, in input order: {"image": ..., "caption": ...}
-(plus "error" for an unreadable image, with "caption": null). Lines are appended to
+--out FILE.jsonl writes one line per image, in input order: {"image": ..., "image_id": ...,
+"caption": ...} (plus "error" for an unreadable image, with "caption": null). Lines are appended to
 FILE.jsonl.partial after every batch and the file is renamed into place at the end, so an
 interrupted run continues where it stopped when the same command runs again (a partial made
 with another model, --beam, --max-len, --batch-size or other inputs is refused). A finished
@@ -43,6 +48,7 @@ example:
   catcap caption --checkpoint runs/flickr8k/cat/best my_photo.jpg another.jpg
   catcap caption --checkpoint runs/demo/model/best runs/demo/world/images/3251.png 3252
   catcap caption photos/ --out captions.jsonl
+  catcap caption photos/ --out captions.jsonl --refs data/flickr8k/dataset_flickr8k.json
   catcap caption photos/ --out captions.jsonl --restart --beam 5 --max-len 16
   catcap caption --checkpoint flickr8k-m2,flickr8k-cat photo.jpg
   catcap caption --beam 6 --num-beam-groups 3 --diversity-penalty 0.5 photo.jpg
@@ -59,7 +65,8 @@ def default_workers() -> int:
 
 
 def register(sub) -> None:
-    cap = sub.add_parser("caption", help="caption images with a trained model", description=CAPTION_HELP,
+    cap = sub.add_parser("caption", help="caption photos (default model: the bundled flickr8k-m2)",
+                         description=CAPTION_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     cap.add_argument("--checkpoint", metavar="DIR", help="a checkpoint written by catcap train, a zoo model's name or "
                      "folder, or a Hugging Face Hub id (default: the bundled model, zoo/flickr8k-m2); A,B: an "
@@ -72,6 +79,9 @@ def register(sub) -> None:
     cap.add_argument("--shard", metavar="I/N", help="caption only block I of N (0 <= I < N) into --out's part "
                      "FILE.part-III-of-NNN.jsonl; join the parts with catcap merge FILE.jsonl")
     cap.add_argument("--features", metavar="STORE", help="feature store (default: the checkpoint's data.features)")
+    cap.add_argument("--refs", metavar="REFS.json", help="a Karpathy split file or COCO annotations: each photo's "
+                     "image_id in the output is the one this file gives its file name (default: the id the file "
+                     "name carries, e.g. a Flickr photo id)")
     cap.add_argument("--batch-size", type=int, default=16, help="images per batch (default 16)")
     cap.add_argument("--workers", type=int, default=default_workers(),
                      help="processes reading and decoding the photos (default 1 on a machine with 2 cores or "
@@ -81,7 +91,8 @@ def register(sub) -> None:
     cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
     add_generation_arguments(cap)
-    paths.declare(cap, checkpoint=paths.CHECKPOINT, out=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS)
+    paths.declare(cap, checkpoint=paths.CHECKPOINT, out=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS,
+                  refs=paths.INPUT)
     cap.set_defaults(func=cmd_caption)
 
 
@@ -115,13 +126,25 @@ def cmd_caption(args) -> int:
         checkpoint = [entry.path]
         _log(f"using the bundled model {entry.name} ({entry.path}; --checkpoint picks another)")
     job = api.prepare_caption(checkpoint, args.images, features=args.features, generation=generation,
-                              device=args.device, shard=shard)
+                              device=args.device, shard=shard, refs=args.refs)
+    _note_missing_ids(job, args)
     try:
         if args.out is not None:
             return _to_file(api, job, args, shard)
         return _print(api, job, args)
     finally:
         job.close()
+
+
+def _note_missing_ids(job, args) -> None:
+    """Say once when some results will have no image_id (scoring them then needs the ids)."""
+    if args.out is None and not args.json:
+        return
+    missing = [item for item, image_id in zip(job.items, job.image_ids) if image_id is None]
+    if missing:
+        where = f"{args.refs} does not list them and their" if args.refs else "their"
+        _log(f"{len(missing)} of {len(job.items)} images get no image_id ({where} file names carry none, e.g. "
+             f"{missing[0]}); to score the captions, pass --refs REFS.json (the references that list these files)")
 
 
 def _to_file(api, job, args, shard) -> int:

@@ -8,32 +8,56 @@ from pathlib import Path
 
 from catcap import __version__
 from catcap.malloc import keep_freed_memory
+from catcap.progress import forget_bars
 from catcap.threads import configure_threads
-from catcap.cli import (analyze_cmds, checks, data_cmds, extract_cmds, merge_cmds, metrics_cmds, report_cmds,
-                        serve_cmds, train_cmds, vqa_cmds, zoo_cmds)
+from catcap.cli import (analyze_cmds, caption_cmds, checks, data_cmds, extract_cmds, merge_cmds, metrics_cmds,
+                        report_cmds, serve_cmds, train_cmds, vqa_cmds, zoo_cmds)
+
+
+ABOUT = ("catcap: image captioning with the Context-Assisted Transformer (CAT), M2, AoANet, LSTM captioners\n"
+         "and VLP; XE and self-critical training, beam search, COCO-exact metrics.")
+
+# `catcap --help` lists the commands by task, in the order a newcomer meets them
+SECTIONS = (
+    ("caption, score and show (start here)", ("caption", "serve", "evaluate", "compare", "report", "human-eval")),
+    ("train and study models", ("demo", "train", "validate-config", "ablate", "plot-log", "analyze", "vqa")),
+    ("data and features", ("import", "prepare", "extract", "merge", "synth")),
+    ("bundled models", ("zoo",)),
+)
+MORE = ("`catcap COMMAND --help` explains a command, with examples. First steps: README.md; every page: "
+        "docs/README.md;\nthe process settings every command applies (threads, memory) and their switches: "
+        "docs/performance.md.")
+
+
+def command_list(sub) -> str:
+    """The commands of ``sub`` grouped by :data:`SECTIONS`, each with its one-line help."""
+    helps = {action.dest: action.help for action in sub._choices_actions}  # argparse's record of add_parser(help=)
+    listed = [name for _, names in SECTIONS for name in names]
+    if sorted(listed) != sorted(helps):
+        raise AssertionError(f"catcap.cli.main.SECTIONS must list every command once: {sorted(helps)}")
+    lines = []
+    for title, names in SECTIONS:
+        lines += ["", f"{title}:"] + [f"    {name:<17} {helps[name]}" for name in names]
+    return "\n".join(lines[1:])
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="catcap", description="catcap: image captioning with the "
-                                     "Context-Assisted Transformer, COCO-exact metrics and friends.",
-                                     epilog="Every command lets glibc reuse freed memory instead of returning it "
-                                     "(faster CPU decoding; the process keeps its peak memory): "
-                                     "CATCAP_MALLOC=system keeps glibc's defaults (docs/architecture.md). Every "
-                                     "command lets idle OpenMP threads sleep and runs no more threads than the CPUs "
-                                     "it may use, so that it keeps its speed beside other busy processes: "
-                                     "CATCAP_THREADS=torch keeps PyTorch's defaults (docs/performance.md).")
+    parser = argparse.ArgumentParser(prog="catcap", usage="catcap [-h] [--version] COMMAND ...", epilog=MORE,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"catcap {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    train_cmds.register(sub)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="catcap")
+    caption_cmds.register(sub)
+    serve_cmds.register(sub)
     metrics_cmds.register(sub)
+    report_cmds.register(sub)
+    train_cmds.register(sub)
     analyze_cmds.register(sub)
+    vqa_cmds.register(sub)
+    data_cmds.register(sub)
     extract_cmds.register(sub)
     merge_cmds.register(sub)
-    data_cmds.register(sub)
-    vqa_cmds.register(sub)
-    report_cmds.register(sub)
-    serve_cmds.register(sub)
     zoo_cmds.register(sub)
+    parser.description = f"{ABOUT}\n\n{command_list(sub)}"
     return parser
 
 
@@ -60,11 +84,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from catcap.registry import UnknownName
 
+    forget_bars()
     try:
         configure_threads(warn=False)  # before anything imports torch: OpenMP reads it then ($CATCAP_THREADS; catcap/threads.py)
         checks.before_run(parser, args)  # finite numbers, outputs apart from inputs (cli/checks.py)
         keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (every writer leaves its files whole)
+        print(f"catcap {args.command}: {interrupted(args)}", file=sys.stderr)
+        return 130
     except (ValueError, UnknownName, *FILE_ERRORS) as err:  # catcap's input errors say what to fix
         print(f"catcap {args.command}: error: {_permission(err) if isinstance(err, PermissionError) else err}",
               file=sys.stderr)
@@ -86,6 +114,27 @@ def _permission(err: PermissionError) -> str:
                 f"check its permissions (ls -ld {path.parent}) or choose another path")
     return (f"permission denied: {path}; expected a file or folder you may {'read' if path.exists() else 'create'}: "
             f"check its permissions (ls -ld {path if path.exists() else path.parent}) or choose another path")
+# how an interrupted command goes on: rerun it (and it continues where it stopped, or starts again)
+CONTINUES = {"extract", "import", "ablate"}
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    """The line an interrupted command ends with: how far it got (its outermost progress bar)
+    and how to go on."""
+    from catcap.progress import interrupted_at
+
+    at = interrupted_at()
+    done = "interrupted" if at is None else f"interrupted: {at[0]} of {at[1]} {at[2]} done"
+    if args.command == "train":
+        where = f" ({at[3]})" if at and at[3] else ""
+        resume = "" if getattr(args, "resume", False) else " with --resume"
+        return (f"{done}{where}; rerun the same command{resume} to continue from the last checkpoint (out_dir/last, "
+                "saved after every epoch and every train.save_every steps)")
+    if args.command in CONTINUES or (args.command == "caption" and getattr(args, "out", None)):
+        return f"{done}; rerun the same command to continue"
+    if args.command == "caption":
+        return f"{done}; rerun the same command to start again (with --out FILE.jsonl a rerun continues instead)"
+    return f"{done}; rerun the same command to start again"
 
 
 def _os_error(err: OSError, command: str) -> str:

@@ -13,7 +13,9 @@ Score captions exactly as the COCO caption toolkit (pycocoevalcap 1.2) does:
 PTB tokenisation, BLEU-1..4, METEOR, ROUGE-L, CIDEr (= CIDEr-D) and SPICE.
 
 RESULTS is the COCO result format: [{"image_id": 42, "caption": "a dog ..."}, ...]
-with one caption per image. REFS is either COCO annotations (captions_val2014.json)
+with one caption per image, or what `catcap caption --out F.jsonl` (or --json) writes (a
+record with only its "image" path gets its id from REFS's file names, else from the file
+name, e.g. a Flickr photo id). REFS is either COCO annotations (captions_val2014.json)
 or a Karpathy split file (dataset_coco.json) together with --split.
 Only the images in RESULTS are scored. BLEU/ROUGE-L/CIDEr need no Java;
 METEOR needs Java; SPICE needs Java and the Stanford CoreNLP 3.6.0 jars (--corenlp).
@@ -32,7 +34,10 @@ examples:
   catcap evaluate --results val_results.json --refs captions_val2014.json
   catcap evaluate --results test.json --refs dataset_coco.json --split test \\
                   --metrics bleu,rouge,cider --output scores.json
+  catcap evaluate --results captions.jsonl --refs data/flickr8k/dataset_flickr8k.json --split val
   catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json
+  catcap evaluate --checkpoint flickr8k-m2 --images ../shared/data/flickr8k/images \
+                  --refs data/flickr8k/dataset_flickr8k.json --split val --beam 3
   catcap evaluate --checkpoint runs/demo/model/best --split test --save-results test_results.json --shard 0/2
   catcap evaluate --checkpoint flickr8k-m2 --checkpoint flickr8k-cat --split val
 
@@ -61,9 +66,11 @@ def _add_refs(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    ev = sub.add_parser("evaluate", help="score a result file (COCO-exact metrics)", description=EVALUATE_HELP,
+    ev = sub.add_parser("evaluate", help="score captions, or a model on a split (COCO-exact metrics)",
+                        description=EVALUATE_HELP,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ev.add_argument("--results", metavar="RESULTS.json", help="COCO-format results, one caption per image")
+    ev.add_argument("--results", metavar="RESULTS.json", help="COCO-format results, one caption per image, or catcap "
+                    "caption's JSON Lines")
     _add_refs(ev)
     ev.add_argument("--output", metavar="SCORES.json", help="write corpus and per-image scores here")
     ev.add_argument("--example", action="store_true", help="score the bundled example (50 COCO val2014 images, "
@@ -87,9 +94,12 @@ def register(sub) -> None:
                     "the part RESULTS.part-III-of-NNN.json of --save-results; join with catcap merge RESULTS.json")
     ev.add_argument("--features", metavar="STORE", help="with --checkpoint: the feature store to caption from "
                     "(default: the checkpoint's data.features; --refs likewise replaces its data.dataset)")
+    ev.add_argument("--images", metavar="DIR", help="with --checkpoint: caption the split from its photos in DIR, run "
+                    "through the checkpoint's own image encoder (extracted once into catcap's cache), instead of "
+                    "a feature store")
     add_generation_arguments(ev)
     paths.declare(ev, results=paths.INPUT, refs=paths.INPUT, corenlp=paths.INPUT, output=paths.OUTPUT,
-                  checkpoint=paths.CHECKPOINT, save_results=paths.OUTPUT, features=paths.INPUT)
+                  checkpoint=paths.CHECKPOINT, save_results=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS)
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,7 +123,7 @@ def cmd_evaluate(args) -> int:
     checkpoint_only = given_generation_flags(args) + [
         flag for flag, value in (("--device", args.device), ("--save-results", args.save_results),
                                  ("--features", args.features), ("--shard", args.shard), ("--dtype", args.dtype),
-                                 ("--precision", args.precision)) if value is not None]
+                                 ("--images", args.images), ("--precision", args.precision)) if value is not None]
     if args.checkpoint and (args.results or args.example):
         raise ValueError("give --checkpoint (caption a split, then score it) or --results/--example "
                          "(score captions you have), not both")
@@ -128,7 +138,7 @@ def cmd_evaluate(args) -> int:
                                         save_results=args.save_results, corenlp_dir=args.corenlp,
                                         log=log_to_stderr(args.quiet), device=args.device or "auto",
                                         progress=not args.quiet, shard=resolve_shard(args.shard),
-                                        dtype=args.dtype, precision=args.precision or "fp32")
+                                        dtype=args.dtype, precision=args.precision or "fp32", images=args.images)
         if ev is None:  # a shard: its part is written; the scores come from the merged file
             return _shard_done(args)
         print_table(ev)

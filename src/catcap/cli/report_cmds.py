@@ -15,8 +15,9 @@ the references, and each system's per-image scores with their difference.
 Buttons sort the images by the largest difference of a metric (B better first,
 A better first, largest |difference|); a box filters by words or image id.
 
-A.json and B.json are COCO result files ([{"image_id": 42, "caption": "..."}])
-for the same images; REFS is COCO annotations or a Karpathy split file (+ --split).
+A.json and B.json are COCO result files ([{"image_id": 42, "caption": "..."}]) or
+what `catcap caption --out F.jsonl` (or --json) writes, for the same images; REFS is
+COCO annotations or a Karpathy split file (+ --split).
 With --images DIR the images are embedded as small JPEG thumbnails (the page
 works offline and can be mailed), or linked with --link-images (a smaller page
 that needs the image folder next to it). No model and no PyTorch are loaded.
@@ -47,7 +48,7 @@ examples:
 
 CREATE_HELP = """\
 Make a study folder: N images sampled (with --seed) from those both systems
-captioned; for each rater a random order of the images, and for each rater and
+captioned (COCO result files, or `catcap caption`'s JSON Lines); for each rater a random order of the images, and for each rater and
 image which caption is shown on the left (balanced: about half A-left per rater
 and per image). The images are copied into the study (JPEG, at most 640 px).
 Rater ids are r1..rN (--raters N) or the names given with --rater-ids.
@@ -164,7 +165,7 @@ def cmd_create(args) -> int:
 
     raters = args.raters if args.raters is not None or args.rater_ids else 5
     study = create_study(args.out, args.a, args.b, args.refs, args.images, split=args.split, n=args.n, raters=raters,
-                         rater_ids=args.rater_ids, seed=args.seed, names=args.names, log=_log)
+                         rater_ids=args.rater_ids, seed=args.seed, names=args.names)
     print(f"study written to {args.out}: {len(study.items)} images, raters {', '.join(study.raters)}")
     print(f"serve it with: catcap human-eval serve {args.out}")
     return 0

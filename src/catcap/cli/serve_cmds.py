@@ -7,16 +7,21 @@ import argparse
 from catcap.cli import paths
 
 SERVE_HELP = """\
-Serve a web page where a person uploads a photo (or picks a sample) and gets its caption, the
-attention over the image for each word and, for CAT models, the history weight per word (the
-paper's Fig. 5). The same as JSON: POST /api/caption (multipart field "image", optional "beam"
-and "max_length"); GET /health. The checkpoint must read raw photos: a model trained on
-`catcap extract` features (its checkpoint records the image encoder). The model loads once;
-requests run one at a time behind a bounded queue (--queue), excess ones get HTTP 503.
-Needs the web extra: pip install -e '.[web]'.
+Serve a web page where a person uploads a photo (or picks a sample) and gets its caption and,
+for models that record it, where in the photo each word looked and, for CAT models, the
+history weight per word (the paper's Fig. 5); for other models the page says there is none.
+Without --checkpoint it serves the model `catcap caption` uses (the bundled flickr8k-m2:
+the best scores, no attention map) and offers every bundled model on the page (flickr8k-cat
+shows where each word looked); a zoo name or a checkpoint folder picks the served one. The same
+as JSON: POST /api/caption (multipart field "image", optional "beam", "max_length" and
+"model"); GET /health. A checkpoint must read raw photos: a model trained on `catcap extract`
+features (its checkpoint records the image encoder). The served model loads once, another
+one when the page first picks it; requests run one at a time behind a bounded queue (--queue),
+excess ones get HTTP 503. Needs the web extra: pip install -e '.[web]'.
 
 examples:
-  catcap serve --checkpoint runs/flickr8k/cat/best
+  catcap serve
+  catcap serve --checkpoint flickr8k-cat
   catcap serve --checkpoint runs/flickr8k/cat/best --samples my_photos/ --port 8080
   catcap serve --checkpoint runs/flickr8k/cat/best --max-upload-mb 5 --max-pixels 12000000 --queue 8 --timeout 20
 
@@ -25,10 +30,11 @@ then open http://127.0.0.1:8000/ or: curl -F image=@photo.jpg -F beam=3 http://1
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="web demo: caption uploaded photos, show attention per word",
+    p = sub.add_parser("serve", help="web demo: caption photos in the browser, see where each word looked",
                        description=SERVE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint folder written by catcap train "
-                   "(trained on `catcap extract` features)")
+    p.add_argument("--checkpoint", metavar="DIR", help="a zoo model's name or folder, or a checkpoint folder written "
+                   "by catcap train (trained on `catcap extract` features); default: the bundled model, as catcap "
+                   "caption")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                    "only; 0.0.0.0 opens the demo to your network)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -47,6 +53,24 @@ def register(sub) -> None:
     p.set_defaults(func=_serve)
 
 
+def bundled_choices() -> dict[str, str]:
+    """{zoo name: label} of the bundled models the page offers: the name, the kind of model and
+    its validation CIDEr-D (from its config and card; no weights are read here)."""
+    import json
+    from types import SimpleNamespace
+
+    from catcap import zoo
+    from catcap.models.parts import model_name
+
+    labels = {}
+    for entry in zoo.list_models():
+        model = json.loads((entry.path / "config.json").read_text(encoding="utf-8"))["config"]["model"]
+        kind = model_name(SimpleNamespace(decoder=model.get("decoder"), cross_attention=model.get("cross_attention")))
+        score = entry.scores.get("CIDEr")
+        labels[entry.name] = f"{entry.name}: {kind}" + (f", val CIDEr-D {100 * float(score):.1f}" if score else "")
+    return labels
+
+
 def _serve(args) -> int:
     from catcap.web.serve import check_web_extra
 
@@ -58,7 +82,16 @@ def _serve(args) -> int:
 
     limits = Limits(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024), max_pixels=args.max_pixels,
                     waiting=args.queue, timeout_s=args.timeout).check()
-    app = create_app(args.checkpoint, limits=limits, samples=args.samples, backend=args.backend, device=args.device)
+    checkpoint, choices = args.checkpoint, bundled_choices()
+    if checkpoint is None:
+        from catcap import api
+
+        entry = api.bundled_model()
+        checkpoint = entry.name
+        print(f"catcap serve: serving the bundled model {entry.name} ({entry.path}; --checkpoint picks another)",
+              flush=True)
+    app = create_app(checkpoint, limits=limits, samples=args.samples, backend=args.backend, device=args.device,
+                     choices=choices)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {args.host}: anyone who can reach this machine can use the demo")
     print(f"catcap serve: open http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}/ "

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 import sys
 
-from catcap.cli import caption_cmds, checks, paths
+from catcap.cli import checks, paths
 
 SYNTH_HELP = """\
 Make the built-in "shapes" world: procedurally drawn images of 1-4 coloured shapes with
@@ -19,13 +19,17 @@ example:
 """
 
 TRAIN_HELP = """\
-Train a captioner from an experiment config (YAML) plus key=value overrides.
-Unknown keys and wrong types are rejected with the valid choices before anything runs.
-Checkpoints (safetensors + JSON, written atomically), log.jsonl and training.png go to
-out_dir; --resume continues from out_dir/last exactly where it stopped, log included (a
-changed setting is named in the log; a changed model or train.objective is refused). A new
-run in a used out_dir moves the earlier log.jsonl to log.<time>.jsonl. Progress bars become
-one plain line every 30 s when output goes to a file (CATCAP_PROGRESS_SECONDS).
+Train a captioner from an experiment config (YAML, --config) plus key=value overrides; unknown
+keys and wrong types are refused before anything runs. Checkpoints, log.jsonl and training.png
+go to out_dir; --resume continues from out_dir/last exactly where it stopped. The presets
+(configs/models/) and recipes (configs/experiments/) are listed after the options.
+"""
+
+TRAIN_NOTES = """\
+Runs: checkpoints are safetensors + JSON, written atomically; --resume continues the log too (a
+changed setting is named in it; a changed model or train.objective is refused). A new run in a
+used out_dir moves the earlier log.jsonl to log.<time>.jsonl. Progress bars become one plain
+line every 30 s when output goes to a file (CATCAP_PROGRESS_SECONDS).
 
 Models: model.cross_attention=vanilla|caca|light_caca (Transformer, CAT, LightCAT; options
 under model.history), train.awc.enabled=true adds CAT's adaptive weight constraint.
@@ -61,9 +65,7 @@ See docs/cat.md and docs/scst.md.
 Scale: `torchrun --nproc_per_node=N -m catcap train --config ...` trains on N processes (GPUs
 with nccl, CPU processes with gloo); train.batch_size stays the global batch. --precision bf16
 or fp16 (with a gradient scaler), train.accumulate=K micro-batches per step, train.compile=true.
-On a non-Intel CPU with AVX-512 the Linear layers run through oneDNN (about 2x MKL's speed
-there); CATCAP_CPU_GEMM=torch keeps PyTorch's own products.
-See docs/distributed.md.
+See docs/distributed.md; CPU speed: docs/performance.md.
 
 examples:
   catcap train --config configs/experiments/demo.yaml
@@ -162,7 +164,6 @@ def register(sub) -> None:
     abl.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every row")
     paths.declare(abl, out=paths.OUTPUT)
     abl.set_defaults(func=cmd_ablate)
-    caption_cmds.register(sub)
     demo = sub.add_parser("demo", help="world -> train -> evaluate, in a few minutes", description=DEMO_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--out", default="runs/demo", metavar="DIR", help="where the world and the model go")
@@ -184,11 +185,15 @@ def register(sub) -> None:
     syn.add_argument("--overwrite", action="store_true", help="replace an existing world in --out")
     paths.declare(syn, out=paths.OUTPUT)
     syn.set_defaults(func=cmd_synth)
-    for name, helptext, func, description in (
-            ("train", "train a captioner", cmd_train, TRAIN_HELP),
-            ("validate-config", "check an experiment config and its data without training", cmd_validate, VALIDATE_HELP)):
-        p = sub.add_parser(name, help=helptext, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--config", metavar="FILE.yaml", help="experiment config (defaults if omitted)")
+    for name, helptext, func, description, notes in (
+            ("train", "train a captioner", cmd_train, TRAIN_HELP, TRAIN_NOTES),
+            ("validate-config", "check an experiment config and its data without training", cmd_validate,
+             VALIDATE_HELP, None)):
+        p = sub.add_parser(name, help=helptext, description=description, epilog=notes,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--config", metavar="FILE.yaml", help="experiment config, e.g. configs/experiments/demo.yaml"
+                       + (" (without it, data.dataset= and data.features= must be given)" if name == "train" else
+                          " (defaults if omitted)"))
         p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.epochs=3")
         p.add_argument("--device", choices=["auto", "cpu", "cuda"],
                        help="where to train (= train.device; default auto: CUDA when there is one)")
@@ -260,6 +265,12 @@ def cmd_train(args) -> int:
     from catcap.training.distributed import is_main_process
 
     overrides = _with_flags(args)
+    given = {o.split("=", 1)[0].strip() for o in overrides}
+    if args.config is None and not {"data.dataset", "data.features"} <= given:
+        raise ValueError("no --config: catcap train needs an experiment config, e.g. --config "
+                         "configs/experiments/demo.yaml (the demo's world, after `catcap demo`) or a model preset with "
+                         "your data: --config configs/models/cat.yaml data.dataset=D.json data.features=F.h5; the "
+                         "configs are in configs/experiments/ and configs/models/ (catcap train --help)")
     pos = api.train(args.config, overrides, resume=args.resume)
     if not is_main_process():  # under torchrun, rank 0 reports
         return 0

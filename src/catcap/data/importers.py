@@ -43,6 +43,7 @@ from typing import Any, Iterable, Mapping
 from catcap.atomic import write_text_atomic
 from catcap.data.text import caption_tokens
 from catcap.metrics.schemas import coco_annotations, coco_image_files
+from catcap.metrics.result_ids import flickr_photo_id
 
 __all__ = ["DatasetImportError", "import_flickr8k", "import_coco", "write_dataset_json"]
 
@@ -237,12 +238,12 @@ class _Ids(dict):
 def _flickr_ids(names: list[str], warnings: list[str]) -> _Ids:
     """Flickr photo id (integer prefix before the first '_' or '.'), else the sorted position."""
     ids = _Ids()
-    prefixes = [re.split(r"[_.]", name, maxsplit=1)[0] for name in names]
-    if all(p.isdigit() for p in prefixes) and len(set(map(int, prefixes))) == len(names):
-        ids.update({name: int(p) for name, p in zip(names, prefixes)})
+    prefixes = [flickr_photo_id(name) for name in names]  # the rule catcap caption and evaluate apply to a path
+    if all(p is not None for p in prefixes) and len(set(prefixes)) == len(names):
+        ids.update(dict(zip(names, prefixes)))
         ids.rule = "flickr photo id (the integer before the first '_' of the file name)"
         return ids
-    bad = [n for n, p in zip(names, prefixes) if not p.isdigit()]
+    bad = [n for n, p in zip(names, prefixes) if p is None]
     reason = (f"{len(bad)} file name(s) do not start with a Flickr photo id ({_names(bad)})" if bad
               else "two file names share a Flickr photo id")
     warnings.append(f"image ids are positions in the sorted file names, because {reason}")

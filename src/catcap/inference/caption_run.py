@@ -7,7 +7,7 @@ See docs/pipeline.md for the design (stages, queues, threads, resume) and its me
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -23,7 +23,7 @@ class CaptionJob:
     """A loaded captioner (or ensemble) and what it captions: ``items`` (as given, folders
     expanded), ``is_file[i]`` (read from pixels, else a key of ``store``), ``generation`` (a
     :class:`~catcap.decoding.GenerationConfig`); ``settings`` identify the results (recorded in
-    a partial output)."""
+    a partial output); ``image_ids[i]``: the id the results record for item i (None: unknown)."""
 
     cap: object
     items: list[str]
@@ -31,14 +31,17 @@ class CaptionJob:
     store: object = None
     generation: object = None
     settings: dict = field(default_factory=dict)
+    image_ids: list = field(default_factory=list)
 
     def batches(self, start: int = 0, *, batch_size: int = 16, workers: int = 2, pipelined: bool = True,
                 threads: Optional[int] = None) -> Iterator[list[Caption]]:
-        """Captions of ``items[start:]``, one list per batch, in input order (see
-        :func:`catcap.inference.pipeline.caption_batches`)."""
-        yield from caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
-                                   generation=self.generation, batch_size=batch_size,
-                                   workers=workers, pipelined=pipelined, threads=threads)
+        """Captions of ``items[start:]``, one list per batch, in input order, each with its image
+        id (see :func:`catcap.inference.pipeline.caption_batches`)."""
+        ids = iter(self.image_ids[start:] if self.image_ids else [])
+        for batch in caption_batches(self.cap, self.items[start:], self.is_file[start:], store=self.store,
+                                     generation=self.generation, batch_size=batch_size,
+                                     workers=workers, pipelined=pipelined, threads=threads):
+            yield [replace(c, image_id=next(ids, None)) for c in batch]
 
     def close(self) -> None:
         if self.store is not None and hasattr(self.store, "close"):
@@ -46,10 +49,12 @@ class CaptionJob:
 
 
 def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None, generation=None,
-            device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None) -> CaptionJob:
+            device: str = "auto", zoo=None, take: Optional[Callable[[list], list]] = None, refs=None) -> CaptionJob:
     """Load the captioner (several checkpoints: an ensemble) and check the items before anything
     runs (see ``catcap.api.caption``). ``generation``: a :class:`~catcap.decoding.GenerationConfig`
-    (None: its defaults). ``take``: keeps a part of the expanded items (a shard's block)."""
+    (None: its defaults). ``take``: keeps a part of the expanded items (a shard's block);
+    ``refs``: a reference file whose file names give the photos' image ids
+    (:mod:`catcap.metrics.result_ids`)."""
     from catcap import zoo as model_zoo
     from catcap.decoding import GenerationConfig
     from catcap.inference.ensemble import load_captioner
@@ -62,7 +67,8 @@ def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None,
     folders = [model_zoo.locate(c, zoo) for c in sources]
     cap = load_captioner(folders, device=device, zoo=zoo)
     from_pixels = cap.reads_pixels and features is None
-    check_caption_items(items, must_exist=from_pixels)
+    check_caption_items(items, must_exist=from_pixels,
+                        keys_from=None if not from_pixels else cap.data_file("features"))
     if take is not None:
         items = take(items)
     is_file = [from_pixels and Path(i).is_file() for i in items]
@@ -73,7 +79,19 @@ def prepare(checkpoint, items: Sequence[str], *, features: Optional[str] = None,
                 "features": None if all(is_file) else str(features or cap.data_file("features"))}
     # other settings only when changed: partial outputs made with the defaults (no such keys) still continue
     settings.update({k: v for k, v in generation.changed().items() if k not in ("num_beams", "max_length")})
-    return CaptionJob(cap, items, is_file, store, generation, settings)
+    if refs is not None:  # the ids the rows record come from it
+        settings["refs"] = str(refs)
+    return CaptionJob(cap, items, is_file, store, generation, settings, caption_image_ids(items, is_file, refs))
+
+
+def caption_image_ids(items: Sequence[str], is_file: Sequence[bool], refs=None) -> list:
+    """The image id of each item: a photo's from ``refs``' file names, else from its file name
+    (:class:`catcap.metrics.result_ids.ImageIds`); a feature-store key's is the key."""
+    from catcap.metrics.files import read_json
+    from catcap.metrics.result_ids import ImageIds, id_from_key
+
+    ids = ImageIds.from_references(read_json(refs, "references"), str(refs)) if refs is not None else ImageIds()
+    return [ids.of(item) if file else id_from_key(Path(item).stem) for item, file in zip(items, is_file)]
 
 
 def _open_store(cap, features: Optional[str], keys_of: list[str]):
@@ -112,18 +130,40 @@ def expand_image_folders(items: Sequence[str]) -> list[str]:
     return out
 
 
-def check_caption_items(items: Sequence[str], must_exist: bool) -> None:
+def check_caption_items(items: Sequence[str], must_exist: bool, keys_from: Optional[str] = None) -> None:
     """With ``must_exist`` (a model that reads pixels), an item that looks like an image path (an
-    image suffix or a folder part) must be an existing file (folders are expanded before)."""
+    image suffix or a folder part) must be an existing file (folders are expanded before); any
+    other item that is no file must be a key of the feature store ``keys_from``, so without that
+    file it is named as the missing photo or folder it most likely is (``catcap caption photo5``)."""
     from catcap.features.extract import IMAGE_SUFFIXES
 
     if not items:
         raise ValueError("expected at least one image file or feature-store key, got none")
+    keys = []
     for item in items:
         path = Path(item)
         looks_like_file = path.suffix.lower() in IMAGE_SUFFIXES or len(path.parts) > 1
         if must_exist and looks_like_file and not path.is_file():
             raise FileNotFoundError(f"image file not found: {item}; check the path (the name is case-sensitive)")
+        if must_exist and not path.exists() and keys_from is not None:
+            keys.append(item)
+    unknown = _not_in_store(keys, keys_from) if keys else []
+    if unknown:
+        where = f", nor an image {Path(unknown[0]).stem!r} in {keys_from}" if Path(keys_from).exists() else ""
+        raise FileNotFoundError(f"no photo or folder named {unknown[0]!r} in {Path.cwd()}{where}; pass image files "
+                                "or folders of them (check the name: it is case-sensitive), or feature-store keys "
+                                "with --features STORE")
+
+
+def _not_in_store(items: Sequence[str], store_path) -> list[str]:
+    """The items whose stem is not a key of the feature store ``store_path`` (all of them when
+    there is no such file)."""
+    from catcap.data.features import open_feature_store
+
+    if not Path(store_path).exists():
+        return list(items)
+    with open_feature_store(store_path) as store:
+        return [item for item in items if Path(item).stem not in store]
 
 
 def _bar(total: int, done: int, progress: bool):

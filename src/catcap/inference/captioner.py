@@ -5,7 +5,7 @@
     cap.generate(features)                      # beam 3, at most 20 words: GenerationConfig's defaults
     cap.generate(features, num_beams=5, no_repeat_ngram_size=3)
     cap.generate(features, do_sample=True, top_p=0.9, num_return_sequences=5, seed=0)
-    cap.generate(images=["photo.jpg"])          # raw images, for models trained on `catcap extract` features
+    cap.generate(images="photo.jpg")            # one image or a list (models trained on `catcap extract` features)
     out = cap.generate_output(features, output_attentions=True)   # tokens, scores, attention maps
 
 The settings are those of :class:`~catcap.decoding.GenerationConfig` (docs/generation.md).
@@ -122,9 +122,20 @@ class Captioner:
 
     @torch.no_grad()
     def image_features(self, images) -> list[np.ndarray]:
-        """Raw images (paths or PIL images) -> per-image grid features (H*W, C), exactly as
-        ``catcap extract`` computed this model's training features."""
-        return images_to_features(self.image_encoder, images, self.device, self.config.model)
+        """Raw images (one path or PIL image, or a list of them) -> per-image grid features (H*W,
+        C), exactly as ``catcap extract`` computed this model's training features."""
+        return images_to_features(self.image_encoder, image_list(images), self.device, self.config.model)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write this captioner as a zoo folder (fp32 weights, config, vocabulary and a model card
+        with their sha256: :func:`catcap.zoo.write_model_folder`, as ``catcap zoo build`` writes
+        one) that :meth:`from_pretrained` loads back; an existing folder is replaced. Returns it."""
+        from catcap import zoo
+        from catcap.config import to_dict
+
+        ckpt = {"weights": self.model.state_dict(), "config": to_dict(self.config), "vocab": self.vocab.to_dict(),
+                "features": dict(self.features_meta), "workdir": self.workdir}
+        return zoo.write_model_folder(Path(directory), ckpt, zoo.saved_card("Captioner.save_pretrained"))
 
     def _batch(self, features, feature_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, N, F) features and (B, N) bool mask, True = real region; a list of (N_i, F) arrays
@@ -231,6 +242,18 @@ def pixel_encoder(features_meta: dict, device: torch.device):
         raise ValueError(f"the checkpoint's features were made with {expected}, but encoder {name!r} "
                          f"here gives {found}; use the catcap version that extracted them")
     return encoder
+
+
+def image_list(images) -> list:
+    """``images=`` as a list: one path (str or os.PathLike) or PIL image becomes a list of one
+    (a string is not iterated character by character); a list or tuple stays as it is."""
+    import os
+
+    from PIL import Image
+
+    if isinstance(images, (str, os.PathLike, Image.Image)):
+        return [images]
+    return list(images)
 
 
 @torch.no_grad()

@@ -51,7 +51,7 @@ def evaluate_checkpoint(checkpoint, *, split: str = "test", generation: Generati
                         metrics=None, dataset: str | None = None, features: str | None = None,
                         save_results: str | Path | None = None, corenlp_dir: str | None = None, log=None,
                         device: str = "auto", progress: bool = True, shard=None, dtype=None,
-                        precision: str = "fp32", combine: str = "mean_log_prob"):
+                        precision: str = "fp32", combine: str = "mean_log_prob", images: str | Path | None = None):
     """Caption a split with a trained model and score it like a COCO result file.
 
     ``checkpoint``: a checkpoint or zoo folder (or name), or a list of them: an
@@ -70,27 +70,41 @@ def evaluate_checkpoint(checkpoint, *, split: str = "test", generation: Generati
     caption: under torchrun rank 0 merges the parts into ``save_results`` and scores them (the
     other ranks return ``(None, their results)``); with ``--shard`` every shard returns
     ``(None, results)`` and the parts are joined by ``catcap merge`` and scored by
-    ``catcap evaluate --results``.
+    ``catcap evaluate --results``. ``images`` (a folder of the split's photos, for a model that
+    reads them): caption from those photos, run through the checkpoint's own image encoder into
+    a store in catcap's cache (:mod:`catcap.inference.photo_features`), instead of ``features``.
     """
     from catcap.data.datasets import validate_dataset
     from catcap.data.features import open_feature_store
-    from catcap.decoding.config import GenerationConfig
     from catcap.data.karpathy import load_karpathy
+    from catcap.decoding.config import GenerationConfig
     from catcap.inference.ensemble import load_captioner
+    from catcap.inference.photo_features import feature_store
     from catcap.sharding import Shard, parse_shard, part_path
 
     config = generation or GenerationConfig()
     which = shard if isinstance(shard, Shard) else parse_shard(shard) if shard else Shard()
+    if images and not which.whole:
+        raise ValueError(f"--images with shard {which}: the shards would extract the same photos at once; extract "
+                         "them first (catcap extract, or one unsharded catcap evaluate --images), then shard with "
+                         "--features")
     if not which.whole and not save_results:
         raise ValueError(f"a sharded evaluation (shard {which}) needs --save-results RESULTS.json: each shard "
                          "writes its part of the captions there, and the scores come from the merged file")
     cap = load_captioner(checkpoint, device=device, dtype=dtype, combine=combine)
+    whose = "" if dataset else " (the checkpoint's data.dataset)"
     dataset = dataset or cap.members[0].data_file("dataset")
+    if not Path(dataset).exists():
+        raise FileNotFoundError(f"reference file {dataset}{whose} does not exist; pass --refs REFS.json, the Karpathy "
+                                "split file of the photos (catcap import makes one: docs/datasets.md; docs/zoo.md has "
+                                "the commands for the bundled models)")
+    member_stores = [feature_store(member, dataset, split, features=features, images=images, progress=progress, log=log)
+                     for member in cap.members]
     records = load_karpathy(dataset, [split])[split]
     mine = which.take(records)
     stores = []
-    for member in cap.members:
-        store = member.reading(open_feature_store(features or member.data_file("features")))
+    for member, path in zip(cap.members, member_stores):
+        store = member.reading(open_feature_store(path))
         validate_dataset(mine, store, member.config.model.input_dim)
         stores.append(store)
     results = _decode_records(cap, mine, stores, config, progress=progress, precision=precision)

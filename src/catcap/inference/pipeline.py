@@ -66,15 +66,20 @@ def release_free_memory() -> None:
 
 @dataclass(frozen=True)
 class Caption:
-    """One result: ``image`` as given, its ``caption``, or ``caption=None`` and ``error``."""
+    """One result: ``image`` as given, its ``caption``, or ``caption=None`` and ``error``;
+    ``image_id``: the id the reference file knows it by (:mod:`catcap.metrics.result_ids`), or None."""
 
     image: str
     caption: Optional[str]
     error: Optional[str] = None
+    image_id: object = None
 
     def to_json(self) -> dict:
-        """``{"image", "caption"}`` (+ ``"error"`` for an unreadable image): one JSON Lines row."""
-        row = {"image": self.image, "caption": self.caption}
+        """``{"image", "image_id", "caption"}`` (no ``image_id`` when unknown; + ``"error"`` for an
+        unreadable image): one JSON Lines row, which catcap evaluate, compare, report and
+        human-eval read as it is."""
+        row = {"image": self.image} | ({} if self.image_id is None else {"image_id": self.image_id})
+        row["caption"] = self.caption
         if self.error is not None:
             row["error"] = self.error
         return row

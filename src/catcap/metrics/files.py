@@ -1,6 +1,9 @@
 """Reading caption results and references, with errors that say how to fix the file.
 
-Results: the COCO result format, a JSON list of ``{"image_id": ..., "caption": "..."}``.
+Results: the COCO result format, a JSON list of ``{"image_id": ..., "caption": "..."}``, or
+what ``catcap caption`` writes: JSON Lines (``--out captions.jsonl``) or a JSON list (``--json``)
+of ``{"image": path, "image_id": ..., "caption": ...}``. A record with only its ``image`` path
+gets its id from the reference file or the file name (:mod:`catcap.metrics.result_ids`).
 References: either the COCO annotation format (``{"annotations": [{"image_id", "caption"},
 ...]}``, e.g. ``captions_val2014.json``) or a Karpathy split file (``dataset_coco.json``:
 ``{"images": [{"split", "sentences": [{"raw"}], "cocoid" | "imgid"}]}``) plus a split name.
@@ -15,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from catcap.metrics.errors import MetricInputError
 from catcap.metrics.schemas import KarpathyImage, coco_annotations, karpathy_images
+from catcap.metrics.result_ids import ImageIds
 
 ImageId = Any  # int or str, as written in the files
 
@@ -49,28 +53,79 @@ def _preview(items: Sequence, limit: int = 5) -> str:
     return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")
 
 
-def parse_results(data: Any, source: str = "results") -> dict[ImageId, str]:
-    """COCO result list -> {image_id: caption}; duplicate ids and bad entries are errors."""
+def read_results_file(path: str | Path) -> Any:
+    """The records of a result file: a JSON document (the COCO result list, ``catcap caption
+    --json``) or JSON Lines, one object per line (``catcap caption --out F.jsonl``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MetricInputError(f"results file not found: {path} (expected a JSON or JSON Lines file; check the path)")
+    data = path.read_bytes()
+    try:
+        value = decode_json(data, path, "results")
+        return [value] if isinstance(value, dict) and "caption" in value else value  # one line of JSON Lines
+    except MetricInputError as err:
+        if "not UTF-8" in str(err) or not (path.suffix.lower() == ".jsonl" or "Extra data" in str(err)):
+            raise
+        lines = data.decode("utf-8-sig").splitlines()
+        if not next((line for line in lines if line.strip()), "{").lstrip().startswith("{"):
+            raise
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise MetricInputError(f"results file {path} (JSON Lines) line {number} is not JSON: {err.msg}, column "
+                                   f"{err.colno}; expected one {{\"image_id\" or \"image\", \"caption\"}} object "
+                                   "per line") from None
+    return records
+
+
+def _entry_id(entry: dict, i: int, source: str, ids: ImageIds | None):
+    """The image id of one result record: its ``image_id``, else the id of its ``image`` path."""
+    if "image_id" in entry:
+        return entry["image_id"]
+    image = entry["image"]
+    image_id = (ids or ImageIds()).of(str(image))
+    if image_id is None:
+        how = (ids or ImageIds()).how()
+        raise MetricInputError(f"{source}: entry {i} (image {image!r}) has no image_id, and none follows from its "
+                               f"file name ({how}); pass the reference file with --refs, or rerun catcap caption "
+                               "with --refs REFS.json, which writes the ids")
+    return image_id
+
+
+def parse_results(data: Any, source: str = "results", ids: ImageIds | None = None) -> dict[ImageId, str]:
+    """Result records -> {image_id: caption}; duplicate ids and bad entries are errors. A record
+    may name its ``image`` path instead of its ``image_id`` (``ids`` maps paths to ids)."""
     if isinstance(data, dict) and "annotations" in data:
         data = data["annotations"]
     if not isinstance(data, list):
         raise MetricInputError(
             f"{source}: expected a JSON list of {{\"image_id\": ..., \"caption\": \"...\"}} objects "
-            f"(the COCO result format), found a {type(data).__name__}"
+            f"(the COCO result format) or catcap caption's JSON Lines, found a {type(data).__name__}"
         )
     results: dict[ImageId, str] = {}
+    keys = []
     for i, entry in enumerate(data):
-        if not isinstance(entry, dict) or "image_id" not in entry or "caption" not in entry:
+        if not isinstance(entry, dict) or ("image_id" not in entry and "image" not in entry) or "caption" not in entry:
             found = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            raise MetricInputError(f"{source}: entry {i} must have keys 'image_id' and 'caption'; found {found}")
-        image_id, caption = entry["image_id"], entry["caption"]
+            raise MetricInputError(f"{source}: entry {i} must have keys 'image_id' and 'caption' (or catcap caption's "
+                                   f"'image' and 'caption'); found {found}")
+        image_id, caption = _entry_id(entry, i, source, ids), entry["caption"]
+        if caption is None and "error" in entry:
+            raise MetricInputError(f"{source}: entry {i} (image {entry.get('image', image_id)!r}) has no caption: the "
+                                   f"image could not be read ({entry['error']}); replace the image and caption it "
+                                   "again, or delete that line")
         if not isinstance(caption, str):
             raise MetricInputError(f"{source}: entry {i} (image_id {image_id!r}): caption must be a string, found {type(caption).__name__}")
         if not isinstance(image_id, (int, str)) or isinstance(image_id, bool):
             raise MetricInputError(f"{source}: entry {i}: image_id must be an integer or a string, found {image_id!r}")
         results.setdefault(image_id, caption)
+        keys.append(image_id)
     if len(results) != len(data):
-        dup = [k for k, c in Counter(e["image_id"] for e in data).items() if c > 1]
+        dup = [k for k, c in Counter(keys).items() if c > 1]
         raise MetricInputError(
             f"{source}: expected one caption per image, found duplicate image ids {_preview(dup)}; "
             f"keep one caption per image (e.g. the top beam)"
@@ -139,8 +194,14 @@ def match_results(results: Mapping[ImageId, str], references: Mapping[ImageId, l
     return list(results)
 
 
-def load_results(path: str | Path) -> dict[ImageId, str]:
-    return parse_results(read_json(path, "results"), source=str(path))
+def load_results(path: str | Path, refs: str | Path | None = None) -> dict[ImageId, str]:
+    """{image_id: caption} of a result file (:func:`read_results_file`); records with only an
+    ``image`` path get their ids from ``refs`` (its file names), else from the file names."""
+    data = read_results_file(path)
+    ids = None
+    if refs is not None and isinstance(data, list) and any(isinstance(e, dict) and "image_id" not in e for e in data):
+        ids = ImageIds.from_references(read_json(refs, "references"), str(refs))
+    return parse_results(data, source=str(path), ids=ids)
 
 
 def load_references(path: str | Path, split: str | None = None) -> dict[ImageId, list[str]]:
@@ -149,10 +210,12 @@ def load_references(path: str | Path, split: str | None = None) -> dict[ImageId,
     return parse_references(read_json(path, "references"), split, source=str(path))
 
 
-def load_result_pair(path_a: str | Path, path_b: str | Path, purpose: str) -> tuple[dict, dict]:
+def load_result_pair(path_a: str | Path, path_b: str | Path, purpose: str,
+                     refs: str | Path | None = None) -> tuple[dict, dict]:
     """Two systems' result files on the same images -> (results A, results B in A's order); a
-    clear error when they caption different images (``purpose``: what needs them paired)."""
-    res_a, res_b = load_results(path_a), load_results(path_b)
+    clear error when they caption different images (``purpose``: what needs them paired;
+    ``refs``: as :func:`load_results`)."""
+    res_a, res_b = load_results(path_a, refs), load_results(path_b, refs)
     if set(res_a) != set(res_b):
         raise MetricInputError(
             f"{path_a} and {path_b} caption different images ({len(set(res_a) - set(res_b))} only in the first, "

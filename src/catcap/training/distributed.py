@@ -67,8 +67,8 @@ def pick_device(name: str, local_rank: int | None = None) -> torch.device:
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("the device is cuda (--device cuda or train.device=cuda) but no CUDA device is "
-                              "available; use --device cpu or auto (and, for GPUs, a CUDA build of torch: README, "
-                              "'Install', GPU users)")
+                              "available; use --device cpu or auto (and, for GPUs, a CUDA build of torch: "
+                              "docs/install.md, 'GPUs')")
         if local_rank >= torch.cuda.device_count():
             raise ConfigError(f"local rank {local_rank} has no GPU: {torch.cuda.device_count()} visible; "
                               "use --nproc_per_node <= the number of GPUs")

@@ -71,7 +71,7 @@ def load_pair(a: str | Path, b: str | Path, refs: str | Path, split: str | None)
     """(references, results A, results B aligned to A's order); both systems must caption the
     same images, all of which the references contain."""
     references = load_references(refs, split)
-    res_a, res_b = load_result_pair(a, b, "a side-by-side report")
+    res_a, res_b = load_result_pair(a, b, "a side-by-side report", refs)
     missing = [k for k in res_a if k not in references]
     if missing:
         raise MetricInputError(f"{len(missing)} captioned image(s) are not in the references {refs} "
@@ -127,12 +127,20 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+SHOWN_ZERO = 0.00005  # a difference this small prints as 0.0000: shown as no difference, in grey
+
+
 def _num(x: float, signed: bool = False) -> str:
+    """Four decimals (``signed``: with + or -); a value that rounds to zero is ``0.0000``, never
+    ``-0.0000``."""
+    if abs(x) < SHOWN_ZERO:
+        return "0.0000"
     return f"{x:+.4f}" if signed else f"{x:.4f}"
 
 
 def _diff_class(d: float) -> str:
-    return "pos" if d > 1e-12 else "neg" if d < -1e-12 else "zero"
+    """The colour of a difference B - A as printed: green, red, or grey for 0.0000."""
+    return "pos" if d >= SHOWN_ZERO else "neg" if d <= -SHOWN_ZERO else "zero"
 
 
 def summary_html(data: ReportData) -> str:
@@ -216,7 +224,7 @@ def render_html(data: ReportData) -> str:
     na, nb = (_e(n) for n in data.names)
     diffs = np.stack([data.diffs(m) for m in data.metrics], axis=1).round(10).tolist()  # (images, metrics)
     rows = "\n".join(row_html(data, i, diffs[i]) for i in range(len(data.image_ids)))
-    meta = json.dumps({"metrics": data.metrics, "names": list(data.names)}).replace("<", "\\u003c")
+    meta = json.dumps({"metrics": data.metrics, "names": list(data.names), "zero": SHOWN_ZERO}).replace("<", "\\u003c")
     src_a, src_b, src_r = (_e(s) for s in data.sources)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

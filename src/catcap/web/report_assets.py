@@ -6,7 +6,12 @@ B - A from its ``data-diffs`` attribute (one number per metric, in the same orde
 button (``data-metric``, ``data-order`` = ``b`` | ``a`` | ``abs``) orders the rows by B - A
 descending, ascending, or by |B - A| descending; ties keep the original order. The filter box
 keeps rows whose text contains every word typed; the "show" selector keeps rows where B is
-better, A is better or both are equal on the chosen metric.
+better, A is better or both are equal on the chosen metric ("equal": the difference prints as
+0.0000, under ``meta.zero``, as the page colours it grey).
+
+The filter bar sticks to the top of the window while the rows scroll; the table's header row
+sticks right under it (its offset is the bar's height, measured by the script and on resize),
+so the column names stay readable and nothing covers them.
 """
 
 REPORT_CSS = """
@@ -34,7 +39,8 @@ button.active { background: #2f6fb0; border-color: #2f6fb0; color: #fff; }
 #controls select { font: inherit; }
 #count, #sorted-by { color: #5b6670; margin-left: .6em; white-space: nowrap; }
 #images { width: 100%; margin-top: .6em; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
-#images > thead th { text-align: left; padding: .4em .6em; background: #eef1f4; border-bottom: 2px solid #d8dee4; }
+#images > thead th { text-align: left; padding: .4em .6em; background: #eef1f4; border-bottom: 2px solid #d8dee4;
+                     position: sticky; top: var(--controls-height, 0px); z-index: 1; }
 #images > tbody > tr > td { vertical-align: top; padding: .5em .6em; border-bottom: 1px solid #e3e7eb; }
 td.pic { width: 1%; white-space: nowrap; }
 td.pic img { max-width: 192px; max-height: 192px; border-radius: 3px; display: block; }
@@ -68,7 +74,14 @@ REPORT_JS = """
   var filter = document.getElementById("filter");
   var who = document.getElementById("who");
   var whoMetric = document.getElementById("who-metric");
-  var EPS = 1e-12;
+  var EPS = meta.zero;
+  var controls = document.getElementById("controls");
+  function pinHeader() {  // the header row sticks right below the sticky filter bar, never under it
+    var height = Math.ceil(controls.getBoundingClientRect().height);
+    document.documentElement.style.setProperty("--controls-height", height + "px");
+  }
+  pinHeader();
+  window.addEventListener("resize", pinHeader);
 
   function diff(r, metric) { return r.catcapDiffs[meta.metrics.indexOf(metric)]; }
 
@@ -95,7 +108,7 @@ REPORT_JS = """
       var ok = words.every(function (w) { return r.catcapText.indexOf(w) >= 0; });
       if (ok && side !== "all") {
         var d = diff(r, metric);
-        ok = side === "b" ? d > EPS : (side === "a" ? d < -EPS : Math.abs(d) <= EPS);
+        ok = side === "b" ? d >= EPS : (side === "a" ? d <= -EPS : Math.abs(d) < EPS);
       }
       r.style.display = ok ? "" : "none";
       shown += ok ? 1 : 0;

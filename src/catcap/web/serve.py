@@ -1,21 +1,28 @@
-"""``catcap serve``: the web demo, a FastAPI app over one loaded checkpoint.
+"""``catcap serve``: the web demo, a FastAPI app over one loaded checkpoint (and, on demand,
+the other models it offers).
 
     from catcap.web.serve import create_app
-    app = create_app("runs/flickr8k/cat/best", samples="photos/")     # then: uvicorn.run(app)
+    app = create_app("flickr8k-m2", samples="photos/", choices={"flickr8k-cat": "flickr8k-cat"})
+    # then: uvicorn.run(app)
 
 Routes:
 
 * ``GET /``: the page (one self-contained HTML file, no network needed): upload a photo or pick
-  a sample, set beam size and max length, see the caption, the attention over the image for
-  each word and, for CAT models, the history weight per word (paper Fig. 5).
+  a sample, pick the model, set beam size and max length, see the caption and, for models that
+  record it, the attention over the image for each word and, for CAT models, the history weight
+  per word (paper Fig. 5); for other models the page says in plain words that there is none.
 * ``POST /api/caption``: multipart form with ``image`` (a file) or ``sample`` (a sample's name),
-  optional ``beam`` and ``max_length``; returns JSON (see :func:`caption_json`). Errors are JSON
-  ``{"error": {status, code, message, expected, found, fix}}`` with a 4xx/5xx status.
-* ``GET /health``: status, model, limits, queue counters, model loads in this process.
+  optional ``beam``, ``max_length`` and ``model`` (one of the offered models); returns JSON (see
+  :func:`caption_json`). Errors are JSON ``{"error": {status, code, message, expected, found,
+  fix}}`` with a 4xx/5xx status.
+* ``GET /health``: status, model, the offered models, limits, queue counters, model loads in
+  this process.
 * ``GET /samples/{name}``: a sample photo.
 
-The model is loaded once, when the app is created; inference runs on a worker thread behind a
-bounded queue (:class:`catcap.web.serve_limits.Gate`), so the event loop keeps answering.
+The served model is loaded once, when the app is created; another offered model is loaded the
+first time a request picks it (on the worker thread) and kept. Inference runs on a worker
+thread behind a bounded queue (:class:`catcap.web.serve_limits.Gate`), so the event loop keeps
+answering.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the routes' annotations (Request) at runtime
@@ -64,16 +71,22 @@ def _rounded(values, digits: int = 4):
     return None if values is None else [round(float(v), digits) for v in values]
 
 
-def caption_json(result: dict, image, settings: dict) -> dict:
+def attention_note(model_name: str) -> str:
+    """What the page says, in plain words, for a model that records no attention per word."""
+    return (f"This {model_name} model does not record where in the photo each word came from, so there is no map "
+            "to show. CAT models do.")
+
+
+def caption_json(result: dict, image, settings: dict, model_name: str = "") -> dict:
     """The model's result for one photo -> the JSON answer of ``POST /api/caption``:
     caption, words, tokens (words + ``<eos>``), image {width, height, format}, settings,
     attention {layer, num_layers, boxes (N, 4) pixels, regions (T, N) or null, history_weight (T,)
-    or null, history [{labels, weights}] per token or null, note}, timings_ms."""
+    or null, history [{labels, weights}] per token or null, note}, timings_ms. ``note`` says
+    why ``regions`` is null (:func:`attention_note`)."""
     att = result["attention"]
     note = None
     if att.regions is None:
-        note = ("this model's cross attention reports no weights over the image regions (vanilla attention "
-                "returns none; the ohc strategy's final pass sees no regions)")
+        note = attention_note(model_name or "")
     history = None
     if att.history is not None:
         history = [{"labels": labels, "weights": _rounded(w)} for labels, w in zip(att.history_labels, att.history)]
@@ -156,10 +169,41 @@ def _page(config: dict) -> str:
     return html.replace("/*CATCAP_CONFIG*/null", blob)
 
 
+class Models:
+    """The models a server offers: the served one (loaded) and ``choices`` ({name: label}, each
+    name something ``Captioner.from_pretrained`` reads, e.g. a zoo name), loaded on first use."""
+
+    def __init__(self, default, default_name: str, choices: dict | None, make):
+        self.default, self.make = default_name, make
+        self.labels = {default_name: (choices or {}).get(default_name, default_name)}
+        self.labels.update({k: v for k, v in (choices or {}).items() if k != default_name})
+        self.loaded = {default_name: default}
+
+    def get(self, name: str):
+        """The model ``name`` (loaded now if it was not yet; call on the worker thread)."""
+        if name not in self.loaded:
+            self.loaded[name] = self.make(name)
+        return self.loaded[name]
+
+    def public(self) -> list[dict]:
+        return [{"name": k, "label": v, "loaded": k in self.loaded} for k, v in self.labels.items()]
+
+
+def served_name(checkpoint) -> str:
+    """How the page names the served model: a zoo model's name, else the checkpoint as given."""
+    from catcap import zoo
+
+    text = str(getattr(checkpoint, "checkpoint", checkpoint))
+    path = Path(text)
+    return path.name if path.is_dir() and zoo.is_zoo_folder(path) else text
+
+
 def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path | None = None,
-               backend: str = "auto", device: str = "cpu", layer: int = -1, log_fn=print):
-    """The FastAPI app of ``catcap serve`` over ``checkpoint`` (a checkpoint folder, or an already
-    loaded :class:`catcap.web.serve_model.PhotoCaptioner`). The model loads here, once."""
+               backend: str = "auto", device: str = "cpu", layer: int = -1, log_fn=print,
+               choices: dict | None = None):
+    """The FastAPI app of ``catcap serve`` over ``checkpoint`` (a checkpoint folder, a zoo name, or
+    an already loaded :class:`catcap.web.serve_model.PhotoCaptioner`). The model loads here, once;
+    ``choices`` ({name: label}) are the other models the page offers, loaded when first picked."""
     check_web_extra()
     from fastapi import FastAPI, Request
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
@@ -172,6 +216,8 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
     sample_files = find_samples(samples)
     model = checkpoint if isinstance(checkpoint, PhotoCaptioner) else PhotoCaptioner(
         checkpoint, backend=backend, device=device, layer=layer, log=log_fn)
+    models = Models(model, served_name(checkpoint), choices, lambda name: PhotoCaptioner(
+        name, backend=backend, device=device, layer=layer, log=log_fn))
     gate = Gate(limits.running, limits.waiting)
 
     @contextlib.asynccontextmanager
@@ -183,7 +229,8 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
     app.state.model, app.state.gate, app.state.limits = model, gate, limits
     app.add_middleware(BodyLimit, path="/api/caption", max_bytes=limits.max_upload_bytes + FORM_OVERHEAD,
                        limits=limits)
-    page = _page({"model": model.info, "limits": limits.public(), "samples": list(sample_files)})
+    page = _page({"model": model.info, "default": models.default, "models": models.public(),
+                  "limits": limits.public(), "samples": list(sample_files)})
 
     def error_response(err: UploadError) -> JSONResponse:
         return JSONResponse(err.to_json(), status_code=err.status, headers=err.headers)
@@ -194,8 +241,8 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": model.info, "model_loads": model_loads(), "limits": limits.public(),
-                "queue": gate.stats()}
+        return {"status": "ok", "model": model.info, "models": models.public(), "model_loads": model_loads(),
+                "limits": limits.public(), "queue": gate.stats()}
 
     @app.get("/samples/{name}")
     async def sample(name: str):
@@ -206,7 +253,7 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
         return FileResponse(sample_files[name])
 
     async def read_request(request: Request):
-        """-> (bytes, file name, beam, max_length); UploadError for a bad request."""
+        """-> (bytes, file name, beam, max_length, model name); UploadError for a bad request."""
         kind = request.headers.get("content-type", "")
         if not kind.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
             raise UploadError(415, "wrong_content_type", "a multipart/form-data request with the photo in the "
@@ -226,22 +273,26 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
             await form.close()
 
     async def read_form(form):
-        """A parsed form -> (bytes, file name, beam, max_length); UploadError for a bad one."""
+        """A parsed form -> (bytes, file name, beam, max_length, model name); UploadError for a bad one."""
         default = GenerationConfig()  # the page's defaults are generation's (beam 3, 20 words)
         beam = _int_field(form, "beam", default.num_beams, 1, limits.max_beam, "the beam size")
         max_length = _int_field(form, "max_length", default.max_length, 1, limits.max_words, "the max length")
+        name = str(form.get("model") or models.default)
+        if name not in models.labels:
+            raise UploadError(404, "no_such_model", f"one of the models {list(models.labels)}",
+                              f"model={name[:80]!r}", "Pick a model from the page's list")
         upload, sample_name = form.get("image"), form.get("sample")
         if isinstance(upload, UploadFile):
             check_declared_type(upload.content_type, upload.filename)
             data = await upload.read(limits.max_upload_bytes + 1)
             if len(data) > limits.max_upload_bytes:
                 raise too_large(upload.size or len(data), limits)
-            return data, upload.filename, beam, max_length
+            return data, upload.filename, beam, max_length, name
         if sample_name:
             if str(sample_name) not in sample_files:
                 raise UploadError(404, "no_such_sample", f"one of the samples {list(sample_files)[:5]}",
                                   f"sample={str(sample_name)[:80]!r}", "Pick a sample from the page's list")
-            return sample_files[str(sample_name)].read_bytes(), str(sample_name), beam, max_length
+            return sample_files[str(sample_name)].read_bytes(), str(sample_name), beam, max_length, name
         found = "a text field 'image'" if upload is not None else f"the fields {sorted(form.keys())}"
         raise UploadError(400, "no_image", "a file in the form field 'image' (or a sample name in 'sample')",
                           found, "Choose a photo, e.g. curl -F image=@photo.jpg http://HOST:PORT/api/caption")
@@ -250,16 +301,20 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
     async def caption(request: Request):
         started = time.perf_counter()
         try:
-            data, name, beam, max_length = await read_request(request)
+            data, name, beam, max_length, chosen = await read_request(request)
             image = open_image(data, limits, name)  # header only: type and pixel count
 
             def job(queue_s: float) -> dict:
                 t0 = time.perf_counter()
                 rgb = decode_image(image, name)
                 decoded = time.perf_counter()
-                result = model.caption(rgb, GenerationConfig(num_beams=beam, max_length=max_length))
+                picked = models.get(chosen)
+                loaded = time.perf_counter()
+                result = picked.caption(rgb, GenerationConfig(num_beams=beam, max_length=max_length))
                 result["timings_ms"] = {"queue": 1000 * queue_s, "decode": 1000 * (decoded - t0),
+                                        **({"load": 1000 * (loaded - decoded)} if loaded - decoded > 0.05 else {}),
                                         **result["timings_ms"]}
+                result["info"] = picked.info
                 return result
 
             result = await gate.run(job, limits.timeout_s)
@@ -273,9 +328,10 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
             return JSONResponse({"error": {"status": 500, "code": "internal", "message": f"captioning failed: {err}",
                                            "expected": "a caption", "found": f"{type(err).__name__}: {err}",
                                            "fix": "See the server's log; try another photo"}}, status_code=500)
-        answer = caption_json(result, image, {"beam": beam, "max_length": max_length, "source": name})
+        answer = caption_json(result, image, {"beam": beam, "max_length": max_length, "source": name,
+                                              "model": chosen}, result["info"]["name"])
         answer["timings_ms"]["total"] = round(1000 * (time.perf_counter() - started), 1)
-        answer["model"] = model.info
+        answer["model"] = result["info"]
         return answer
 
     return app

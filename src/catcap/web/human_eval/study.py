@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -130,10 +130,9 @@ def rater_orders(n: int, raters: int, rng: np.random.Generator) -> list[dict]:
 def create_study(out: str | Path, a: str | Path, b: str | Path, refs: str | Path, images: str | Path, *,
                  split: str | None = None, n: int = 100, raters: int | None = 5,
                  rater_ids: str | Sequence[str] | None = None, seed: int = 0,
-                 names: str | Sequence[str] | None = None, log: Callable[[str], None] | None = None) -> Study:
+                 names: str | Sequence[str] | None = None) -> Study:
     """Make a study folder (see the module docstring). Everything is checked before any image
     is copied; an existing ``out`` is never replaced (it may hold votes)."""
-    log = log or (lambda msg: None)
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; a study folder is never overwritten (it may hold votes): "
@@ -142,7 +141,7 @@ def create_study(out: str | Path, a: str | Path, b: str | Path, refs: str | Path
     ids = parse_rater_ids(rater_ids, raters)
     check_folder(images)
     references = load_references(refs, split)
-    res_a, res_b = load_results(a), load_results(b)
+    res_a, res_b = load_results(a, refs), load_results(b, refs)
     rng = np.random.default_rng(seed)
     chosen = pick_images([k for k in res_a if k in references], [k for k in res_b if k in references], n, rng)
     files = find_images(chosen, refs, images)
@@ -162,8 +161,7 @@ def create_study(out: str | Path, a: str | Path, b: str | Path, refs: str | Path
             write_bytes_atomic(tmp / item["image"], jpeg_thumbnail(files[item["image_id"]], IMAGE_SIDE))
         VoteStore(tmp / VOTES).create()
         write_json_atomic(tmp / MANIFEST, manifest)
-    log(f"study of {len(chosen)} images x {len(ids)} raters written to {out}")
-    return Study(out, manifest)
+    return Study(out, manifest)  # the caller says what was written (catcap human-eval create prints it once)
 
 
 def load_study(folder: str | Path) -> Study:
