@@ -13,6 +13,7 @@
 # thread, so two lanes share the 2-core machine. Interrupt at will: a rerun resumes each training
 # from its last checkpoint (--resume) and skips whatever is finished.
 # Needs data/flickr8k/dataset_flickr8k.json and data/flickr8k/lite2.h5 (configs/experiments/flickr8k_cat_lite2.yaml).
+# XE_ARMS="transformer cat_literal" limits lane xe to those arms (default all three); SEEDS="0" to seeds.
 # Usage: bash benchmarks/flickr8k_seeds.sh xe|lstm|scst [OUT_DIR] [ARMS for scst, default "cat_literal transformer"]
 set -euo pipefail
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -51,7 +52,7 @@ train() {
 }
 
 case $lane in
-  xe)   for seed in $seeds; do for arm in transformer cat cat_literal; do train $arm $seed; done; done ;;
+  xe)   for seed in $seeds; do for arm in ${XE_ARMS:-transformer cat cat_literal}; do train $arm $seed; done; done ;;
   lstm) for seed in $seeds; do for arm in updown updown_caca; do train $arm $seed; done; done
         train cat_literal_noawc 0 ;;
   scst) for seed in $seeds; do for arm in ${3:-cat_literal transformer}; do
