@@ -114,3 +114,25 @@ def test_sampled_captions_follow_the_rules_too():
     (captions,) = generate(table, do_sample=True, num_return_sequences=SAMPLES, seed=2, min_length=1)
     assert set(captions) == {"dog", "cat"}
     assert share(captions, "dog") == pytest.approx(0.4 / (0.4 + 0.1), abs=0.035)
+
+
+def test_return_dict_in_generate_gives_the_captions_with_their_scores():
+    """Greedy on the table below takes "dog" (0.6) then <eos> (0.7): log 0.6 + log 0.7; beam 2
+    keeps "cat runs" too (0.4 * 1.0 * 1.0 = 0.4 < 0.42) and returns it second."""
+    import math
+
+    table = {(): {DOG: 0.6, CAT: 0.4}, (DOG,): {EOS: 0.7, RUNS: 0.3}, (CAT,): {RUNS: 1.0}, (CAT, RUNS): {EOS: 1.0}}
+    cap = captioner(table)
+    out = cap.generate(*scripted_batch(0), num_beams=1, return_dict_in_generate=True, output_scores=True)
+    assert out["captions"] == ["dog"]
+    assert out["sequences"].tolist() == [[DOG, EOS]]
+    assert out["log_probs"].tolist() == pytest.approx([math.log(0.6) + math.log(0.7)], abs=1e-6)
+    assert out["sequences_scores"].tolist() == pytest.approx(out["log_probs"].tolist())
+    assert out["token_log_probs"][0].tolist() == pytest.approx([math.log(0.6), math.log(0.7)], abs=1e-6)
+    assert out["lengths"].tolist() == [2]
+    both = cap.generate(*scripted_batch(0), num_beams=2, num_return_sequences=2, return_dict_in_generate=True)
+    assert both["captions"] == [["dog", "cat runs"]] and "token_log_probs" not in both
+    assert both["log_probs"].tolist() == pytest.approx([math.log(0.42), math.log(0.4)], abs=1e-6)
+    assert cap.generate(*scripted_batch(0), num_beams=1) == ["dog"]  # without it: the captions alone
+    with pytest.raises(ValueError, match="return_dict_in_generate=True"):
+        cap.generate(*scripted_batch(0), output_scores=True)

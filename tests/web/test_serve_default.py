@@ -60,6 +60,11 @@ def test_the_page_says_plainly_when_a_model_shows_no_attention_and_a_cat_model_s
     from selenium.webdriver.support.ui import Select
 
     browser.get(server + "/")
+    from catcap.decoding import GenerationConfig
+
+    defaults = GenerationConfig()  # the form starts where `catcap caption` and generate() decode (issue 42)
+    assert browser.find_element(By.ID, "beam").get_attribute("value") == str(defaults.num_beams)
+    assert browser.find_element(By.ID, "max_length").get_attribute("value") == str(defaults.max_length)
     pick = Select(browser.find_element(By.ID, "model-pick"))
     assert pick.first_selected_option.get_attribute("value") == "flickr8k-m2"
     browser.find_elements(By.CSS_SELECTOR, "#samples img")[0].click()

@@ -188,16 +188,20 @@ class Captioner:
         return generate(self.model, feats, mask, config, vocab=self.vocab)
 
     def generate(self, features=None, feature_mask=None, *, images=None, config: GenerationConfig | None = None,
-                 **settings) -> list[str] | list[list[str]]:
+                 return_dict_in_generate: bool = False, output_scores: bool = False,
+                 **settings) -> list[str] | list[list[str]] | dict:
         """Captions for features (B, N, F) tensor/array or a list of (N_i, F) arrays, or for
-        ``images`` (paths or PIL images; the checkpoint's image encoder makes their features).
+        ``images`` (one path or PIL image, or a list of them; the checkpoint's image encoder makes
+        their features).
 
         ``config`` (a :class:`~catcap.decoding.GenerationConfig`) and/or its settings as keywords
         (``num_beams=5``, ``max_length=16``, ``do_sample=True``, ...; keywords win over
         ``config``); the defaults are beam 3 and at most 20 words. Returns one string per image,
-        or a list of ``num_return_sequences`` strings per image.
+        or a list of ``num_return_sequences`` strings per image; with ``return_dict_in_generate``
+        (Hugging Face's name) a dict of those captions and their numbers (:func:`generation_dict`).
         """
-        return self.captions(self.generate_output(features, feature_mask, images=images, config=config, **settings))
+        out = self.generate_output(features, feature_mask, images=images, config=config, **settings)
+        return generation_dict(self.captions(out), out, return_dict_in_generate, output_scores)
 
     def captions(self, out: GenerationOutput) -> list[str] | list[list[str]]:
         """A :class:`~catcap.decoding.GenerationOutput`'s captions as text: one string per image,
@@ -206,6 +210,29 @@ class Captioner:
         if out.group == 1:
             return texts
         return [texts[i:i + out.group] for i in range(0, len(texts), out.group)]
+
+
+def generation_dict(captions, out: GenerationOutput, return_dict: bool, output_scores: bool):
+    """``generate``'s return value: ``captions`` alone, or with ``return_dict`` a dict of
+    ``captions`` (as without it), ``sequences`` (R, T) token ids after ``<bos>`` (padded with
+    ``<pad>``), ``sequences_scores`` (R,) the ranking score (beam search: length-penalised),
+    ``log_probs`` (R,) the captions' summed log-probabilities and ``lengths`` (R,) words +
+    ``<eos>``; ``output_scores`` adds ``token_log_probs`` (R, T), each token's log-probability.
+    Rows are image-major (row ``b * n + i``: caption ``i`` of image ``b``); recorded attention maps
+    and history weights come along when the settings asked for them."""
+    if not return_dict:
+        if output_scores:
+            raise ValueError("output_scores=True returns the scores inside a dict: pass return_dict_in_generate=True "
+                             "too (or use generate_output for the whole GenerationOutput)")
+        return captions
+    result = {"captions": captions, "sequences": out.tokens, "sequences_scores": out.scores,
+              "log_probs": out.log_probs, "lengths": out.lengths}
+    if output_scores:
+        result["token_log_probs"] = out.token_log_probs
+    for name in ("region_attentions", "history_attentions", "history_weights"):
+        if getattr(out, name) is not None:
+            result[name] = getattr(out, name)
+    return result
 
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,

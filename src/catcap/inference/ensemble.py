@@ -21,7 +21,7 @@ import torch
 
 from catcap.decoding import GenerationConfig, GenerationOutput, build_generation_config, generate
 from catcap.decoding.ensemble import EnsembleModel
-from catcap.inference.captioner import Captioner
+from catcap.inference.captioner import Captioner, generation_dict
 
 
 class Ensemble:
@@ -112,11 +112,12 @@ class Ensemble:
         return generate(self.model, [f for f, _ in inputs], [m for _, m in inputs], config, vocab=self.vocab)
 
     def generate(self, features=None, feature_mask=None, *, images=None, member_features=None,
-                 config: GenerationConfig | None = None, **settings) -> list[str] | list[list[str]]:
+                 config: GenerationConfig | None = None, return_dict_in_generate: bool = False,
+                 output_scores: bool = False, **settings) -> list[str] | list[list[str]] | dict:
         """Captions, as :meth:`Captioner.generate` (see :meth:`generate_output` for the inputs)."""
         out = self.generate_output(features, feature_mask, images=images, member_features=member_features,
                                    config=config, **settings)
-        return self.members[0].captions(out)
+        return generation_dict(self.members[0].captions(out), out, return_dict_in_generate, output_scores)
 
 
 def load_captioner(sources, device: str = "auto", dtype=None, zoo: str | Path | None = None,

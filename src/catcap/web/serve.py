@@ -229,8 +229,10 @@ def create_app(checkpoint, *, limits: Limits | None = None, samples: str | Path 
     app.state.model, app.state.gate, app.state.limits = model, gate, limits
     app.add_middleware(BodyLimit, path="/api/caption", max_bytes=limits.max_upload_bytes + FORM_OVERHEAD,
                        limits=limits)
+    defaults = GenerationConfig()  # the form starts at generation's defaults, as `catcap caption`
     page = _page({"model": model.info, "default": models.default, "models": models.public(),
-                  "limits": limits.public(), "samples": list(sample_files)})
+                  "limits": limits.public(), "samples": list(sample_files),
+                  "generation": {"beam": defaults.num_beams, "max_length": defaults.max_length}})
 
     def error_response(err: UploadError) -> JSONResponse:
         return JSONResponse(err.to_json(), status_code=err.status, headers=err.headers)
