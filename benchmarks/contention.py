@@ -77,11 +77,11 @@ def runner(args) -> None:
 
     policy = configure_threads()  # CATCAP_THREADS from the parent: "torch" changes nothing
     keep_freed_memory()
-    import torch  # only now: OpenMP reads the wait policy when torch loads it
+    import torch  # only now, as in a command: the policy's hook is registered when torch loads
 
     jobs = build_jobs(args)
     info = {"ready": True, "threads": torch.get_num_threads(), "policy_env": policy.env,
-            "wait_in_effect": policy.wait_in_effect, "cpus": policy.cpus}
+            "paced": policy.paced, "cpus": policy.cpus}
     protocol.write(json.dumps(info) + "\n")
     protocol.flush()
     for line in sys.stdin:
@@ -91,7 +91,7 @@ def runner(args) -> None:
         sleeps, wall, cpu = voluntary_switches(), time.perf_counter(), time.process_time()
         jobs[job]()
         result = {"job": job, "seconds": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-                  "sleeps": voluntary_switches() - sleeps}
+                  "sleeps": voluntary_switches() - sleeps, "threads_after": torch.get_num_threads()}
         protocol.write(json.dumps(result) + "\n")
         protocol.flush()
 
@@ -270,7 +270,8 @@ def measure(runners: list[Runner], args, log) -> dict:
                             continue  # this cell has had its time; its runs so far stand
                         cell.append(runner.time(job))
                         log(f"competitors {count} repeat {r + 1}/{repeats} {job:<10} {runner.name:<8} "
-                            f"{cell[-1]['seconds']:8.3f} s (cpu {cell[-1]['cpu_s']:.3f} s, {cell[-1]['sleeps']} sleeps)")
+                            f"{cell[-1]['seconds']:8.3f} s (cpu {cell[-1]['cpu_s']:.3f} s, {cell[-1]['sleeps']} sleeps, "
+                            f"{cell[-1]['threads_after']} threads after)")
         finally:
             stop(competitors)
     return times
@@ -357,8 +358,8 @@ def markdown(rows: list[dict], args, policies: list[str], runners: list[Runner],
                                if cell else "-")
         lines.append("| " + " | ".join(row) + " |")
     settings = "\n".join(f"- `{r.name}`: environment {r.env}; in the runner: {r.ready()['threads']} intra-op threads, "
-                         f"set by catcap.threads: {r.ready()['policy_env'] or 'nothing'}, wait setting in effect: "
-                         f"{r.ready()['wait_in_effect']}" for r in runners)
+                         f"set by catcap.threads: {r.ready()['policy_env'] or 'nothing'}, thread count paced: "
+                         f"{r.ready()['paced']}" for r in runners)
     return f"""## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} ({seconds / 60:.1f} min)
 
 Command: `{' '.join(['python', 'benchmarks/contention.py', *sys.argv[1:]])}`

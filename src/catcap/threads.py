@@ -1,122 +1,272 @@
-"""How catcap's processes share a CPU with other processes: idle OpenMP threads sleep instead of
-spinning, and a process runs no more intra-op threads than the CPUs it may use.
+"""How catcap's processes share a CPU with other processes: a process runs as many intra-op
+threads as there are CPUs that other processes leave free, re-measured as it runs.
 
 PyTorch's CPU kernels run in OpenMP parallel regions (here GNU libgomp, which torch's wheel
-bundles; MKL and oneDNN use it too). Between two regions libgomp's idle threads spin for
-``GOMP_SPINCOUNT`` = 300,000 rounds (~8 ms on this project's VM) before they sleep, so that the
-next region finds them awake. On a machine of its own that is the fast choice. Beside another
-CPU-bound process it collapses: the spinning threads hold cores the other process wants, the
-OS takes a core from one of the region's threads, and every region's barrier then waits for a
-thread that is not running. `catcap demo` took 53 minutes instead of 2.4 beside other jobs; the
-issue's micro-benchmark (a 400x256 by 256x256 product, ReLU, backward, two threads, one busy
-process beside it) did 44-52 steps/s, 140 with ``OMP_WAIT_POLICY=PASSIVE`` and 170 with
-``GOMP_SPINCOUNT=0`` (issue 41).
+bundles; MKL and oneDNN use it too), one thread per CPU of the process. On a machine of its own
+that is the fast choice. Beside another CPU-bound process it collapses: the OS takes a core from
+one of the region's threads, and every region's barrier then waits for a thread that is not
+running (while libgomp's idle threads spin ~8 ms between regions and hold cores the other
+process wants). `catcap demo` took 53 minutes instead of 2.4 beside other jobs; the issue's
+micro-benchmark (a 400x256 by 256x256 product, ReLU, backward, two threads, one busy process
+beside it) did 44-52 steps/s against 190 at one thread (issue 41). Making idle threads sleep
+(``OMP_WAIT_POLICY=PASSIVE``, a short ``GOMP_SPINCOUNT``) helps beside a busy process but costs a
+wake-up per region on a quiet machine: up to 1.47x a demo training step
+(``benchmarks/results/contention.md``). So catcap keeps OpenMP's wait defaults and changes the
+thread count instead.
 
 :func:`configure_threads` applies catcap's policy (``"catcap"``):
 
-- **wait**: ``OMP_WAIT_POLICY=PASSIVE`` and ``GOMP_SPINCOUNT=1000``: an idle libgomp thread spins
-  1000 rounds (~27 us here, ``benchmarks/omp_gaps.py``) and then sleeps; LLVM's and Intel's
-  OpenMP runtimes, which read only the first, sleep at once. Beside a busy process, longer spins
-  were slower (``benchmarks/results/contention.md``); 1000 is also libgomp's own spin count
-  for an active wait policy when its threads outnumber the CPUs. OpenMP reads the variables when its library is
-  loaded, that is at ``import torch``: the call must come before it (the ``catcap`` commands
-  make it first thing; their modules do not import torch at start). Left alone when the
-  environment already sets ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME``.
-- **threads**: PyTorch already starts one intra-op thread per CPU of the process's affinity
-  mask (``taskset``, ``os.sched_getaffinity``) but ignores a cgroup CPU quota (in a container
-  limited to 2 CPUs of a large host, it starts a thread per core of the host). When the quota (cgroup v2 ``cpu.max``, v1
-  ``cpu.cfs_quota_us``, rounded up) is smaller than the affinity mask, ``OMP_NUM_THREADS`` is
-  set to it (or, when torch is already loaded, ``torch.set_num_threads``). Left alone when the
-  environment sets ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS``.
+- **threads follow the free CPUs** (:class:`CpuShare`, :func:`pace`): every ``PACE_SECONDS`` the
+  process reads how busy its CPUs were (``/proc/stat``, the lines of the CPUs in its affinity
+  mask) minus its own CPU time: what *other* processes used. It then runs ``cpus - ceil(others -
+  0.25)`` intra-op threads, at least 1: two on a quiet 2-CPU machine, one beside one busy process
+  (one thread never waits at a barrier for a descheduled partner), two again when it stops.
+  OpenMP's thread count is a setting of each thread that starts parallel regions, so the
+  count is applied by the thread that computes: a global forward pre-hook of ``torch.nn``
+  (registered when torch loads) calls :func:`pace` before every module runs, in whatever thread
+  runs it (the training loop, decoding, the caption pipeline's encoder thread, extraction). A
+  call that is not due costs a clock read. Off where ``/proc/stat`` cannot be read (not Linux),
+  under a cgroup CPU quota below the affinity mask (the quota, not the neighbours, is the limit
+  there: see the next point), and with 1 CPU.
+- **a cgroup quota caps the threads**: PyTorch starts one intra-op thread per CPU of the
+  process's affinity mask (``taskset``, ``os.sched_getaffinity``) but ignores a cgroup CPU quota
+  (in a container limited to 2 CPUs of a large host, it starts a thread per core of the host).
+  When the quota (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``, rounded up) is smaller than
+  the affinity mask, ``OMP_NUM_THREADS`` is set to it (or, when torch is already loaded,
+  ``torch.set_num_threads``).
 - **worker processes** (DataLoader workers reading images for ``catcap extract`` and
   ``catcap caption``, and for training when ``train.num_workers`` > 0) run one thread each, so
   ``workers x threads <= CPUs`` holds when the worker count does: :func:`default_workers` caps
   the commands' default counts at the CPUs available (a larger ``--workers`` is the user's call).
+  Their CPU time counts as another process's: the main process leaves them their cores.
 
-``CATCAP_THREADS=torch`` (the environment variable) or ``configure_threads("torch")`` keeps
-PyTorch's and OpenMP's defaults. Importing catcap as a library changes nothing: call
-``catcap.configure_threads()`` before importing torch (docs/performance.md, "Threads on a
-shared CPU").
+Left alone when the environment sets ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` (the user's
+thread count stays, and nothing re-measures it). ``CATCAP_THREADS=torch`` (the environment
+variable) or ``configure_threads("torch")`` keeps PyTorch's defaults. Importing catcap as a
+library changes nothing: call ``catcap.configure_threads()`` (docs/performance.md, "Threads on
+a shared CPU").
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import math
 import os
 import sys
-import warnings
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import MutableMapping, Optional
+from typing import Callable, MutableMapping, Optional
 
 ENV_VAR = "CATCAP_THREADS"
 CHOICES = ("catcap", "torch")
-WAIT_SETTINGS = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "1000"}  # idle OpenMP threads sleep after ~27 us
-WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")  # any of them set: the user's wait policy stays
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # any of them set: the user's thread count stays
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_STAT = Path("/proc/stat")
+PACE_SECONDS = 0.25  # how often the free CPUs are re-measured
+SLACK = 0.25  # CPU another process may use (a daemon, a shell) before a thread gives way
 
 
 @dataclass(frozen=True)
 class ThreadPolicy:
     """What :func:`configure_threads` did. ``cpus``: CPUs available to the process; ``env``: the
     variables it set; ``threads``: the intra-op thread count it asked for (None: left as is);
-    ``wait_in_effect``: whether OpenMP in this process reads the wait setting (False when torch,
-    and with it OpenMP, was loaded before the call: the setting then only reaches child
-    processes)."""
+    ``paced``: whether the thread count now follows the free CPUs (:func:`pace`)."""
 
     choice: str
     cpus: int
     env: dict = field(default_factory=dict)
     threads: Optional[int] = None
-    wait_in_effect: bool = False
+    paced: bool = False
 
 
-def configure_threads(choice: Optional[str] = None, *, warn: bool = True,
-                      environ: Optional[MutableMapping[str, str]] = None) -> ThreadPolicy:
+def configure_threads(choice: Optional[str] = None, *, environ: Optional[MutableMapping[str, str]] = None,
+                      stat: Path = PROC_STAT) -> ThreadPolicy:
     """Apply ``choice`` (default: ``$CATCAP_THREADS``, else ``"catcap"``) to this process and the
-    processes it starts (module doc): ``"catcap"`` sets the wait policy and caps intra-op
-    threads at the CPUs available, ``"torch"`` changes nothing. Call it before ``import torch``;
-    called after, it still caps the thread count, and warns (unless ``warn=False``) that the
-    wait policy comes too late for this process. ``environ`` (default ``os.environ``) is where
-    the variables are read and set."""
+    processes it starts (module doc): ``"catcap"`` caps the intra-op threads at a cgroup quota
+    and makes them follow the CPUs other processes leave free, ``"torch"`` changes nothing.
+    Works before and after ``import torch``. ``environ`` (default ``os.environ``) is where the
+    variables are read and set; ``stat``: the kernel's CPU counters (for tests)."""
     environ = os.environ if environ is None else environ
     choice = choice or environ.get(ENV_VAR) or "catcap"
     if choice not in CHOICES:
         raise ValueError(f"{ENV_VAR} must be one of {', '.join(CHOICES)}, got {choice!r} "
-                         f"(unset it, or set {ENV_VAR}=torch to keep PyTorch's thread and wait defaults)")
+                         f"(unset it, or set {ENV_VAR}=torch to keep PyTorch's thread defaults)")
     affinity = _affinity_count()
     cpus = available_cpus(affinity=affinity)
     if choice == "torch":
         return ThreadPolicy(choice, cpus)
-    torch_loaded = _torch_loaded()
+    user_count = any(var in environ for var in THREAD_VARS)
     env = policy_env(environ, cpus=cpus, affinity=affinity)
     environ.update(env)
     threads = int(env["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in env else None
-    if torch_loaded and threads is not None:
+    if _torch_loaded() and threads is not None:
         import torch
 
         threads = min(threads, torch.get_num_threads())
         torch.set_num_threads(threads)
-    wait_set = any(k in env for k in WAIT_SETTINGS)
-    if torch_loaded and wait_set and warn:
-        warnings.warn("catcap.configure_threads() was called after `import torch`: OpenMP read its wait policy "
-                      "when torch was imported, so idle threads still spin in this process (the setting reaches "
-                      "only the processes it starts); call it before the first `import torch`, or start Python "
-                      "with OMP_WAIT_POLICY=PASSIVE in the environment", RuntimeWarning, stacklevel=2)
-    return ThreadPolicy(choice, cpus, env, threads, wait_in_effect=wait_set and not torch_loaded)
+    paced = not user_count and cpus == affinity and cpus > 1 and start_pacing(CpuShare(cpus, stat=stat))
+    return ThreadPolicy(choice, cpus, env, threads, paced)
 
 
 def policy_env(environ: MutableMapping[str, str], *, cpus: int, affinity: int) -> dict[str, str]:
-    """The variables catcap's policy adds to ``environ``: the wait setting unless one of
-    ``WAIT_VARS`` is there, and ``OMP_NUM_THREADS=cpus`` when a cgroup quota leaves fewer
-    ``cpus`` than the ``affinity`` mask holds, unless one of ``THREAD_VARS`` is there."""
-    env = {}
-    if not any(var in environ for var in WAIT_VARS):
-        env.update(WAIT_SETTINGS)
+    """The variables catcap's policy adds to ``environ``: ``OMP_NUM_THREADS=cpus`` when a cgroup
+    quota leaves fewer ``cpus`` than the ``affinity`` mask holds, unless one of ``THREAD_VARS``
+    is there."""
     if cpus < affinity and not any(var in environ for var in THREAD_VARS):
-        env["OMP_NUM_THREADS"] = str(cpus)
-    return env
+        return {"OMP_NUM_THREADS": str(cpus)}
+    return {}
+
+
+# -- threads that follow the free CPUs ---------------------------------------------------------
+
+class CpuShare:
+    """How many intra-op threads the CPUs that other processes leave free allow.
+
+    :meth:`sample` reads the busy time of the CPUs in the process's affinity mask (``stat``:
+    ``/proc/stat``; user + nice + system + irq + softirq + steal) and the process's own CPU
+    time (``own_cpu``, all its threads); over the time since the previous sample,
+
+        others  = (busy - own) / wall                  CPUs other processes used
+        threads = max(1, cpus - ceil(others - SLACK))
+
+    The first sample only starts the count (``threads`` stays ``cpus``)."""
+
+    def __init__(self, cpus: int, *, stat: Path = PROC_STAT, own_cpu: Callable[[], float] = time.process_time,
+                 clock: Callable[[], float] = time.monotonic, mask: Optional[set[int]] = None):
+        self.cpus, self.stat, self.own_cpu, self.clock = cpus, Path(stat), own_cpu, clock
+        self.mask = _affinity_mask() if mask is None else mask
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.threads, self.others = cpus, 0.0
+        self.last: Optional[tuple[float, float, float]] = None
+
+    def readable(self) -> bool:
+        return self._busy() is not None
+
+    def sample(self) -> int:
+        """Measure (see the class doc) -> the thread count now."""
+        busy, now, own = self._busy(), self.clock(), self.own_cpu()
+        if busy is None:
+            return self.threads
+        if self.last is not None and now > self.last[1]:
+            wall = now - self.last[1]
+            self.others = max(0.0, (busy - self.last[0]) - (own - self.last[2])) / wall
+            self.threads = max(1, min(self.cpus, self.cpus - math.ceil(self.others - SLACK)))
+        self.last = (busy, now, own)
+        return self.threads
+
+    def _busy(self) -> Optional[float]:
+        """Busy seconds of the CPUs in the mask since boot; None when ``stat`` cannot be read."""
+        try:
+            lines = self.stat.read_text().splitlines()
+        except OSError:
+            return None
+        ticks = 0
+        for line in lines:
+            name, _, rest = line.partition(" ")
+            if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in self.mask:
+                continue
+            f = [int(x) for x in rest.split()]
+            ticks += f[0] + f[1] + f[2] + sum(f[5:8])  # user nice system (idle iowait) irq softirq steal
+        return ticks / self.tick
+
+
+class _Pacer:
+    """The process's :class:`CpuShare`, sampled at most every ``PACE_SECONDS``; each thread that
+    calls :meth:`pace` applies the latest count to itself (OpenMP's count is per thread)."""
+
+    def __init__(self, share: CpuShare):
+        self.share, self.due, self.version = share, 0.0, 0
+        self.lock, self.local = threading.Lock(), threading.local()
+        self.changes = 0
+
+    def pace(self) -> None:
+        now = self.share.clock()
+        if now >= self.due and self.lock.acquire(blocking=False):
+            try:
+                before = self.share.threads
+                if self.share.sample() != before:
+                    self.version += 1
+                    self.changes += 1
+                self.due = now + PACE_SECONDS
+            finally:
+                self.lock.release()
+        if getattr(self.local, "version", -1) != self.version:
+            import torch
+
+            self.local.version = self.version
+            torch.set_num_threads(self.share.threads)
+
+
+_PACER: Optional[_Pacer] = None
+
+
+def pace() -> None:
+    """Let the calling thread run as many intra-op threads as the free CPUs allow (module doc).
+    Does nothing unless :func:`configure_threads` started pacing; cheap when not due."""
+    if _PACER is not None:
+        _PACER.pace()
+
+
+def paced_threads() -> Optional[tuple[int, float, int]]:
+    """(thread count, CPUs other processes used at the last sample, changes so far), or None
+    when the thread count is not paced."""
+    return None if _PACER is None else (_PACER.share.threads, _PACER.share.others, _PACER.changes)
+
+
+def start_pacing(share: CpuShare) -> bool:
+    """Make the thread count follow ``share`` (once per process): :func:`pace` before every
+    ``torch.nn`` module call, in the thread that runs it, from when torch loads. False when the
+    CPU counters cannot be read."""
+    global _PACER
+    if _PACER is not None:
+        return True
+    if not share.readable():
+        return False
+    _PACER = _Pacer(share)
+    share.sample()
+    if hasattr(os, "register_at_fork"):  # a forked worker (one thread, e.g. a DataLoader's) is not paced
+        os.register_at_fork(after_in_child=_stop_pacing)
+    if _torch_loaded():
+        _register_hook(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", _register_hook))
+    return True
+
+
+def _stop_pacing() -> None:
+    global _PACER
+    _PACER = None
+
+
+def _register_hook(torch) -> None:
+    torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: pace())
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` once module ``name`` has loaded (a post-import hook): the finder
+    steps aside, finds the module's spec as Python would, and wraps its loader's exec_module."""
+
+    def __init__(self, name: str, then: Callable):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module, then = spec.loader.exec_module, self.then
+
+        def exec_then(module):
+            exec_module(module)
+            then(module)
+
+        spec.loader.exec_module = exec_then
+        return spec
 
 
 def available_cpus(*, affinity: Optional[int] = None, quota: Optional[float] = None,
@@ -205,6 +355,14 @@ def _read(path: Path) -> str:
 def _torch_loaded() -> bool:
     """Whether torch, and with it OpenMP, is loaded in this process already."""
     return "torch" in sys.modules
+
+
+def _affinity_mask() -> set[int]:
+    """The CPUs of this process's affinity mask (all of them where there is no such call)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
 
 
 def _affinity_count() -> int:

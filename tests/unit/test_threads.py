@@ -1,9 +1,12 @@
-"""catcap.threads: what the policy sets and what it leaves, that it reaches OpenMP when torch
-loads (and only then), the CPU count from the affinity mask and cgroup quotas (fake cgroup
-trees), and the worker budget. No speed is asserted here (benchmarks/contention.py)."""
+"""catcap.threads: the thread count that follows the free CPUs (the measurement on fake kernel
+counters, and in a fresh Python that the count reaches every thread that computes, from when
+torch loads), what the policy sets and what it leaves, the CPU count from the affinity mask and
+cgroup quotas (fake cgroup trees), and the worker budget. No speed is asserted here
+(benchmarks/contention.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,53 +16,160 @@ import pytest
 
 from catcap import threads
 from catcap.cli.main import main
-from catcap.threads import (WAIT_SETTINGS, available_cpus, cgroup_cpu_limit, configure_threads, default_workers,
+from catcap.threads import (CpuShare, available_cpus, cgroup_cpu_limit, configure_threads, default_workers,
                             policy_env)
 
 SRC = str(Path(threads.__file__).resolve().parents[1])
 TINY = Path(threads.__file__).resolve().parents[2] / "configs" / "models" / "tiny.yaml"
 
 
+def _stat(path: Path, busy_seconds: dict[int, float], tick: int = 100) -> None:
+    """A /proc/stat whose cpuN lines say CPU N was busy ``busy_seconds[N]`` (as user time)."""
+    lines = ["cpu  0 0 0 0 0 0 0 0 0 0"]
+    lines += [f"cpu{n} {round(s * tick)} 0 0 1000 0 0 0 0 0 0" for n, s in sorted(busy_seconds.items())]
+    path.write_text("\n".join(lines + ["intr 0", "ctxt 0"]) + "\n")
+
+
+class Clocks:
+    """The wall clock and the process's CPU time, moved by hand."""
+
+    def __init__(self):
+        self.wall, self.own = 100.0, 5.0
+
+
+# --- the thread count follows the free CPUs -----------------------------------------------------
+
+def test_the_count_is_the_cpus_other_processes_leave_free(tmp_path):
+    stat, clocks = tmp_path / "stat", Clocks()
+    share = CpuShare(2, stat=stat, own_cpu=lambda: clocks.own, clock=lambda: clocks.wall, mask={0, 1})
+    share.tick = 100
+    _stat(stat, {0: 10.0, 1: 10.0})
+    assert share.sample() == 2  # the first sample only starts the count
+
+    def step(seconds: float, own: float, busy: dict[int, float]) -> int:
+        clocks.wall += seconds
+        clocks.own += own
+        _stat(stat, busy)
+        return share.sample()
+
+    assert step(1.0, 2.0, {0: 11.0, 1: 11.0}) == 2 and share.others == 0.0  # all the busy time was ours
+    assert step(1.0, 1.0, {0: 12.0, 1: 12.0}) == 1 and share.others == 1.0  # another process used a core
+    assert step(1.0, 2.0, {0: 13.0, 1: 13.2}) == 2 and share.others == pytest.approx(0.2)  # a little: within SLACK
+    assert step(1.0, 0.0, {0: 14.0, 1: 14.0}) == 1 and share.others == pytest.approx(1.8)  # nearly two: one thread, never 0
+    assert step(1.0, 1.0, {0: 15.0, 1: 14.0}) == 2  # they stopped
+
+
+def test_only_the_cpus_of_the_affinity_mask_count(tmp_path):
+    stat, clocks = tmp_path / "stat", Clocks()
+    share = CpuShare(2, stat=stat, own_cpu=lambda: clocks.own, clock=lambda: clocks.wall, mask={2, 3})
+    share.tick = 100
+    _stat(stat, {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0})
+    share.sample()
+    clocks.wall += 1.0
+    _stat(stat, {0: 1.0, 1: 1.0, 2: 0.0, 3: 0.0})  # busy CPUs this process may not use
+    assert share.sample() == 2 and share.others == 0.0
+
+
+def test_unreadable_counters_leave_the_count_alone(tmp_path):
+    share = CpuShare(2, stat=tmp_path / "missing")
+    assert not share.readable() and share.sample() == 2
+
+
+PACED = """
+import json, sys, threading, time
+from pathlib import Path
+import catcap
+from catcap import threads
+stat, mask = Path(sys.argv[1]), sorted(threads._affinity_mask())
+def write(busy):
+    lines = [f"cpu{n} {round(busy * 100)} 0 0 0 0 0 0 0 0 0" for n in mask]
+    stat.write_text("cpu  0 0 0 0 0 0 0 0 0 0\\n" + "\\n".join(lines) + "\\n")
+write(0.0)
+policy = catcap.configure_threads(stat=stat)
+threads._PACER.share.tick = 100
+loaded_before = "torch" in sys.modules
+import torch
+layer = torch.nn.Linear(4, 4)
+seen = {"paced": policy.paced, "torch_before": loaded_before, "cpus": policy.cpus}
+write(1000.0)  # every CPU busy with other processes' work
+time.sleep(threads.PACE_SECONDS + 0.05)
+layer(torch.zeros(1, 4))  # a module call paces the calling thread
+seen["main_busy"] = torch.get_num_threads()
+def in_thread():
+    layer(torch.zeros(1, 4))
+    seen["thread_busy"] = torch.get_num_threads()
+t = threading.Thread(target=in_thread); t.start(); t.join()
+time.sleep(threads.PACE_SECONDS + 0.05)  # the counters stand still: only this process ran
+layer(torch.zeros(1, 4))
+seen["main_quiet"] = torch.get_num_threads()
+print(json.dumps(seen))
+"""
+
+
+def test_a_command_paces_every_thread_that_runs_a_module_from_when_torch_loads(tmp_path):
+    """In a fresh Python that calls configure_threads before `import torch` (as the commands do):
+    the forward pre-hook is in place once torch loads, and the count reaches the main thread and
+    another thread; with the counters quiet again, the main thread goes back to every CPU."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CATCAP_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["PYTHONPATH"] = SRC
+    proc = subprocess.run([sys.executable, "-c", PACED, str(tmp_path / "stat")], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    cpus = seen["cpus"]
+    if cpus < 2:
+        pytest.skip("one CPU: nothing to pace")
+    assert seen["paced"] and not seen["torch_before"]
+    assert (seen["main_busy"], seen["thread_busy"], seen["main_quiet"]) == (1, 1, cpus)
+
+
 # --- what the policy sets ---------------------------------------------------------------------
 
-def test_the_policy_sets_the_wait_settings_and_no_thread_count_when_the_affinity_is_the_limit():
-    assert policy_env({}, cpus=2, affinity=2) == WAIT_SETTINGS
-    assert WAIT_SETTINGS == {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "1000"}
+def test_the_policy_sets_no_variable_when_the_affinity_is_the_limit():
+    assert policy_env({}, cpus=2, affinity=2) == {}
 
 
 def test_a_quota_below_the_affinity_mask_sets_the_thread_count():
-    assert policy_env({}, cpus=3, affinity=64) == {**WAIT_SETTINGS, "OMP_NUM_THREADS": "3"}
-
-
-@pytest.mark.parametrize("var", ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"])
-def test_a_wait_setting_of_the_user_is_kept(var):
-    env = {var: "ACTIVE" if var == "OMP_WAIT_POLICY" else "200"}
-    assert policy_env(env, cpus=2, affinity=2) == {}
-    assert policy_env(env, cpus=1, affinity=2) == {"OMP_NUM_THREADS": "1"}
+    assert policy_env({}, cpus=3, affinity=64) == {"OMP_NUM_THREADS": "3"}
 
 
 @pytest.mark.parametrize("var", ["OMP_NUM_THREADS", "MKL_NUM_THREADS"])
-def test_a_thread_count_of_the_user_is_kept(var):
-    assert policy_env({var: "8"}, cpus=2, affinity=64) == WAIT_SETTINGS
+def test_a_thread_count_of_the_user_is_kept_and_not_paced(var, monkeypatch, tmp_path):
+    assert policy_env({var: "8"}, cpus=2, affinity=64) == {}
+    monkeypatch.setattr(threads, "start_pacing", lambda share: pytest.fail("paced a user's thread count"))
+    assert not configure_threads(environ={var: "8"}).paced
 
 
-def test_configure_threads_writes_the_variables_into_the_environment_given(monkeypatch):
+def test_configure_threads_paces_where_the_counters_can_be_read(monkeypatch, tmp_path):
     monkeypatch.setattr(threads, "_affinity_count", lambda: 4)
     monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda *a: None)
-    monkeypatch.setattr(threads, "_torch_loaded", lambda: False)  # as in a `catcap` command: torch not loaded yet
+    started = []
+    monkeypatch.setattr(threads, "start_pacing", lambda share: started.append(share) or share.readable())
     env = {"HOME": "/x"}
+    _stat(tmp_path / "stat", {0: 1.0})
+    policy = configure_threads(environ=env, stat=tmp_path / "stat")
+    assert env == {"HOME": "/x"} and started and started[0].cpus == 4
+    assert (policy.choice, policy.cpus, policy.env, policy.threads, policy.paced) == ("catcap", 4, {}, None, True)
+    assert not configure_threads(environ={}, stat=tmp_path / "missing").paced
+
+
+def test_under_a_quota_the_quota_caps_and_nothing_is_paced(monkeypatch):
+    monkeypatch.setattr(threads, "_affinity_count", lambda: 8)
+    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda *a: 2.0)
+    monkeypatch.setattr(threads, "_torch_loaded", lambda: False)
+    monkeypatch.setattr(threads, "start_pacing", lambda share: pytest.fail("paced under a quota"))
+    env = {}
     policy = configure_threads(environ=env)
-    assert env == {"HOME": "/x", **WAIT_SETTINGS}
-    assert (policy.choice, policy.cpus, policy.env, policy.threads, policy.wait_in_effect) == \
-        ("catcap", 4, WAIT_SETTINGS, None, True)
+    assert env == {"OMP_NUM_THREADS": "2"} and policy.threads == 2 and not policy.paced
 
 
 # --- the opt-out and wrong values ---------------------------------------------------------------
 
-def test_torch_keeps_every_default():
+def test_torch_keeps_every_default(monkeypatch):
+    monkeypatch.setattr(threads, "start_pacing", lambda share: pytest.fail("paced with CATCAP_THREADS=torch"))
     env = {"CATCAP_THREADS": "torch"}
     policy = configure_threads(environ=env)
-    assert env == {"CATCAP_THREADS": "torch"} and policy.env == {} and policy.threads is None
+    assert env == {"CATCAP_THREADS": "torch"} and policy.env == {} and policy.threads is None and not policy.paced
     env = {}
     assert configure_threads("torch", environ=env).choice == "torch" and env == {}
 
@@ -73,49 +183,18 @@ def test_a_wrong_choice_is_refused_with_the_fix(monkeypatch, capsys):
     assert "CATCAP_THREADS must be one of catcap, torch" in err and "CATCAP_THREADS=torch" in err
 
 
-# --- it reaches OpenMP when torch loads -------------------------------------------------------
-
-def _openmp_settings(code: str, **env) -> dict[str, str]:
-    """OpenMP's settings as libgomp reports them when it loads (OMP_DISPLAY_ENV), in a fresh
-    Python that runs ``code``; its stderr's other lines (e.g. a warning) under "stderr"."""
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("CATCAP_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS")}
-    clean.update(env, OMP_DISPLAY_ENV="VERBOSE", PYTHONPATH=SRC)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean, check=True)
-    found = {"stderr": proc.stderr}
-    for line in proc.stderr.splitlines():
-        name, eq, value = line.strip().partition(" = ")
-        if eq:
-            found[name] = value.strip("'")
-    return found
-
-
-def test_called_before_import_torch_openmp_reads_the_policy():
-    code = ("import sys, catcap; catcap.configure_threads(); "
-            "assert not [m for m in sys.modules if m == 'torch' or m.startswith('catcap.') and m != 'catcap.threads']; "
-            "import torch")
-    found = _openmp_settings(code)
-    assert (found["OMP_WAIT_POLICY"], found["GOMP_SPINCOUNT"]) == ("PASSIVE", "1000")
-
-
-def test_torch_keeps_libgomps_spinning_default():
-    found = _openmp_settings("import catcap; catcap.configure_threads(); import torch", CATCAP_THREADS="torch")
-    assert found["GOMP_SPINCOUNT"] == "300000"
-
-
-def test_called_after_import_torch_it_comes_too_late_and_says_so():
-    found = _openmp_settings("import torch, catcap; p = catcap.configure_threads(); print(p.wait_in_effect)")
-    assert found["GOMP_SPINCOUNT"] == "300000"
-    assert "called after `import torch`" in found["stderr"] and "OMP_WAIT_POLICY=PASSIVE" in found["stderr"]
-
-
-def test_the_commands_apply_it_before_torch_loads():
-    """The `catcap` entry point imports no torch before main() applies the policy, and a command
-    that loads torch then runs with it."""
+def test_the_commands_load_no_torch_before_the_policy():
+    """The `catcap` entry point imports no torch before main() applies the policy (a command that
+    loads torch afterwards gets the pacing hook: the test above)."""
     code = ("import sys; import catcap.cli.main as m; assert 'torch' not in sys.modules, 'torch loaded early'; "
-            f"m.main(['validate-config', '--config', {str(TINY)!r}, '--no-data']); assert 'torch' in sys.modules, 'torch never loaded'")
-    found = _openmp_settings(code)
-    assert (found["OMP_WAIT_POLICY"], found["GOMP_SPINCOUNT"]) == ("PASSIVE", "1000")
+            f"m.main(['validate-config', '--config', {str(TINY)!r}, '--no-data']); "
+            "assert 'torch' in sys.modules, 'torch never loaded'; from catcap import threads; "
+            "print(threads.paced_threads() is not None)")
+    env = {k: v for k, v in os.environ.items() if k not in ("CATCAP_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["PYTHONPATH"] = SRC
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(os.path.exists("/proc/stat") and available_cpus() > 1)
 
 
 def test_with_torch_loaded_the_thread_count_is_still_capped(monkeypatch):
@@ -126,9 +205,8 @@ def test_with_torch_loaded_the_thread_count_is_still_capped(monkeypatch):
     monkeypatch.setattr(threads, "_torch_loaded", lambda: True)
     before = torch.get_num_threads()
     try:
-        with pytest.warns(RuntimeWarning, match="called after `import torch`"):
-            policy = configure_threads(environ={})
-        assert policy.threads == 1 and torch.get_num_threads() == 1 and not policy.wait_in_effect
+        policy = configure_threads(environ={})
+        assert policy.threads == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     forget_bars()
     try:
-        configure_threads(warn=False)  # before anything imports torch: OpenMP reads it then ($CATCAP_THREADS; catcap/threads.py)
+        configure_threads()  # threads that follow the free CPUs, from when torch loads ($CATCAP_THREADS; catcap/threads.py)
         checks.before_run(parser, args)  # finite numbers, outputs apart from inputs (cli/checks.py)
         keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
