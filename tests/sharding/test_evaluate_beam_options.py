@@ -58,7 +58,7 @@ def test_bad_beam_options_are_refused(tiny_checkpoint, argv, message, capsys):
 
 def test_beam_options_need_a_checkpoint(capsys):
     assert main(["evaluate", "--example", "--length-penalty", "1"]) == 2
-    assert "--length-penalty only apply with --checkpoint" in capsys.readouterr().err
+    assert "--length-penalty only applies with --checkpoint" in capsys.readouterr().err
 
 
 def test_caption_command_passes_the_length_penalty(tiny_checkpoint, tmp_path, capsys):

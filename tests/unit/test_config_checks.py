@@ -83,7 +83,7 @@ def test_overrides_may_follow_the_flags(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["evaluate"], "give --results and --refs"),
     (["evaluate", "--example", "--checkpoint", "x"], "not both"),
-    (["evaluate", "--example", "--beam", "3"], "--beam only apply with --checkpoint"),
+    (["evaluate", "--example", "--beam", "3"], "--beam only applies with --checkpoint"),
     (["evaluate", "--example", "--save-results", "r.json", "--features", "f.h5"],
      "--save-results, --features only apply with --checkpoint"),
     (["compare", "a.json", "b.json"], "give --refs"),

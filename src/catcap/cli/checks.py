@@ -38,6 +38,8 @@ def actions_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> lis
 
 def check_finite(actions: list[argparse.Action], args: argparse.Namespace) -> None:
     for action in actions:
+        if getattr(action, "checked_by", None):  # a flag whose own validator names it, e.g. GenerationConfig's
+            continue
         value = getattr(args, action.dest, None)
         if action.type is float and isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{paths.label(action)}: expected a finite number, found {value!r}; NaN and infinite "

@@ -44,6 +44,8 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, metavar="P",
                    help="with --do-sample: draw from the smallest set of best words of probability >= P (default 1: all)")
     g.add_argument("--seed", type=int, help="with --do-sample: the random seed (default: not seeded)")
+    for action in g._group_actions:  # GenerationConfig checks these (ranges too); cli/checks.py leaves them to it
+        action.checked_by = "GenerationConfig"
 
 
 def given_generation_flags(args: argparse.Namespace) -> list[str]:

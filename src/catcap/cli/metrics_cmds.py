@@ -120,6 +120,7 @@ def cmd_evaluate(args) -> int:
     from catcap import api
     from catcap.metrics.evaluate import print_table
 
+    generation = generation_config(args)  # a bad setting is named first, whatever else is wrong
     checkpoint_only = given_generation_flags(args) + [
         flag for flag, value in (("--device", args.device), ("--save-results", args.save_results),
                                  ("--features", args.features), ("--shard", args.shard), ("--dtype", args.dtype),
@@ -128,12 +129,13 @@ def cmd_evaluate(args) -> int:
         raise ValueError("give --checkpoint (caption a split, then score it) or --results/--example "
                          "(score captions you have), not both")
     if checkpoint_only and not args.checkpoint:
-        raise ValueError(f"{', '.join(checkpoint_only)} only apply with --checkpoint")
+        raise ValueError(f"{', '.join(checkpoint_only)} only appl{'ies' if len(checkpoint_only) == 1 else 'y'} with "
+                         "--checkpoint (they say how to caption a split; --results files are captioned already)")
     if args.checkpoint:
         from catcap.sharding import resolve_shard
 
         ev, _ = api.evaluate_checkpoint(checkpoints(args.checkpoint), split=args.split or "test",
-                                        generation=generation_config(args), metrics=args.metrics,
+                                        generation=generation, metrics=args.metrics,
                                         dataset=args.refs, features=args.features,
                                         save_results=args.save_results, corenlp_dir=args.corenlp,
                                         log=log_to_stderr(args.quiet), device=args.device or "auto",
