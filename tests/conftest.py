@@ -1,9 +1,16 @@
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+# The commands the tests run (subprocesses inherit this) keep one thread count: pacing threads to
+# the machine's load (catcap/threads.py) would change a result's last bits with the load, and many
+# tests compare two runs bit for bit. tests/unit/test_threads.py runs the pacing itself;
+# CATCAP_THREADS=catcap runs the suite paced.
+os.environ.setdefault("CATCAP_THREADS", "torch")
 
 DATA = Path(__file__).parent / "metrics" / "data"
 

@@ -174,20 +174,28 @@ def test_torch_keeps_every_default(monkeypatch):
     assert configure_threads("torch", environ=env).choice == "torch" and env == {}
 
 
-def test_a_wrong_choice_is_refused_with_the_fix(monkeypatch, capsys):
+def test_a_wrong_choice_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="CATCAP_THREADS must be one of catcap, torch, got 'fast'"):
         configure_threads("fast", environ={})
-    monkeypatch.setenv("CATCAP_THREADS", "fast")
-    assert main(["zoo", "list"]) == 2
-    err = capsys.readouterr().err
-    assert "CATCAP_THREADS must be one of catcap, torch" in err and "CATCAP_THREADS=torch" in err
+    env = {**os.environ, "CATCAP_THREADS": "fast", "PYTHONPATH": SRC}
+    proc = subprocess.run([sys.executable, "-m", "catcap", "zoo", "list"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "CATCAP_THREADS must be one of catcap, torch" in proc.stderr and "CATCAP_THREADS=torch" in proc.stderr
+
+
+def test_main_called_from_python_leaves_the_callers_threads_alone(monkeypatch):
+    """Tests and scripts call main([...]) in their own process: no pacing is started there."""
+    monkeypatch.setattr(threads, "configure_threads", lambda *a, **k: pytest.fail("configured the caller's threads"))
+    monkeypatch.setattr("catcap.cli.main.configure_threads", threads.configure_threads)
+    assert main(["zoo", "list"]) == 0
 
 
 def test_the_commands_load_no_torch_before_the_policy():
     """The `catcap` entry point imports no torch before main() applies the policy (a command that
     loads torch afterwards gets the pacing hook: the test above)."""
     code = ("import sys; import catcap.cli.main as m; assert 'torch' not in sys.modules, 'torch loaded early'; "
-            f"m.main(['validate-config', '--config', {str(TINY)!r}, '--no-data']); "
+            f"sys.argv = ['catcap', 'validate-config', '--config', {str(TINY)!r}, '--no-data']; m.main(); "
             "assert 'torch' in sys.modules, 'torch never loaded'; from catcap import threads; "
             "print(threads.paced_threads() is not None)")
     env = {k: v for k, v in os.environ.items() if k not in ("CATCAP_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}

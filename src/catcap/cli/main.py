@@ -77,6 +77,10 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``catcap`` command: ``argv`` None reads the process's command line and applies the
+    process's thread policy (catcap/threads.py); a list (tests, scripts calling catcap from
+    Python) runs the command in the caller's process without changing its thread settings."""
+    command_line = argv is None
     parser = build_parser()
     args = _parse(parser, argv)
     if args.command is None:
@@ -86,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
     forget_bars()
     try:
-        configure_threads()  # threads that follow the free CPUs, from when torch loads ($CATCAP_THREADS; catcap/threads.py)
+        if command_line:  # threads that follow the free CPUs, from when torch loads ($CATCAP_THREADS; catcap/threads.py)
+            configure_threads()
         checks.before_run(parser, args)  # finite numbers, outputs apart from inputs (cli/checks.py)
         keep_freed_memory()  # freed tensors' memory is reused, not faulted in again ($CATCAP_MALLOC; catcap/malloc.py)
         return args.func(args)
