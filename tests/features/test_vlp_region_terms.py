@@ -57,8 +57,8 @@ def test_the_preset_trains_and_captions_a_photo_as_its_features(photos):
     api.train(str(CONFIGS / "experiments" / "flickr8k_vlp_terms.yaml"), overrides(root), log=lambda m: None)
     config = json.loads((root / "vlp" / "last" / "config.json").read_text())["config"]["model"]
     assert (config["region_geometry"], config["region_classes"], config["feature_dim"]) == (True, "efficientnet-lite2", 1280)
-    [(_, from_photo)] = api.caption(root / "vlp" / "last", [str(photo)], beam=2, max_len=6)
-    [(_, from_key)] = api.caption(root / "vlp" / "last", [key], features=str(root / "lite2.h5"), beam=2, max_len=6)
+    [(_, from_photo)] = api.caption(root / "vlp" / "last", [str(photo)], num_beams=2, max_length=6)
+    [(_, from_key)] = api.caption(root / "vlp" / "last", [key], features=str(root / "lite2.h5"), num_beams=2, max_length=6)
     assert from_photo == from_key and from_photo
 
 
