@@ -173,19 +173,21 @@ def burst(url: str, data: bytes, fields: dict, n: int) -> list[tuple[int, float]
 def in_process(checkpoint: Path, photo: Path, backend: str, beam: int, requests: int) -> dict:
     from PIL import Image
 
+    from catcap.decoding import GenerationConfig
     from catcap.web.serve_model import PhotoCaptioner
 
     model = PhotoCaptioner(checkpoint, backend=backend, log=log)
+    setting = GenerationConfig(num_beams=beam)
     with Image.open(photo) as im:
         image = im.convert("RGB")
     walls, parts = [], {"features": [], "caption": [], "attention": []}
 
     def run() -> str:  # on a worker thread, as the server runs it
         for _ in range(2):
-            model.caption(image, beam=beam)
+            model.caption(image, setting)
         for _ in range(requests):
             t0 = time.perf_counter()
-            result = model.caption(image, beam=beam)
+            result = model.caption(image, setting)
             walls.append(time.perf_counter() - t0)
             for k in parts:
                 parts[k].append(result["timings_ms"][k] / 1000)
