@@ -54,7 +54,7 @@ def test_docs_give_one_command_per_bundled_model_that_parses():
     assert set(commands) == {e.name for e in zoo.list_models()}, commands
     for command in commands.values():
         args = parse_example(shlex.split(command)[1:])
-        assert (args.images, args.split, args.beam) == ("../shared/data/flickr8k/images", "val", 3)
+        assert (args.images, args.split, args.num_beams) == ("../shared/data/flickr8k/images", "val", 3)
 
 
 def test_a_zoo_model_is_scored_from_its_photos_through_its_own_encoder(val5, tmp_path, monkeypatch, capsys):
