@@ -99,7 +99,7 @@ def register(sub) -> None:
                     "a feature store")
     add_generation_arguments(ev)
     paths.declare(ev, results=paths.INPUT, refs=paths.INPUT, corenlp=paths.INPUT, output=paths.OUTPUT,
-                  checkpoint=paths.CHECKPOINT, save_results=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS)
+                  checkpoint=paths.CHECKPOINTS, save_results=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS)
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

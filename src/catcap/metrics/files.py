@@ -62,7 +62,9 @@ def read_results_file(path: str | Path) -> Any:
     data = path.read_bytes()
     try:
         value = decode_json(data, path, "results")
-        return [value] if isinstance(value, dict) and "caption" in value else value  # one line of JSON Lines
+        if isinstance(value, dict) and "caption" in value and path.suffix.lower() != ".json":
+            return [value]  # one line of JSON Lines (a .json file is one JSON document: the COCO result list)
+        return value
     except MetricInputError as err:
         if "not UTF-8" in str(err) or not (path.suffix.lower() == ".jsonl" or "Extra data" in str(err)):
             raise
@@ -105,6 +107,8 @@ def parse_results(data: Any, source: str = "results", ids: ImageIds | None = Non
         raise MetricInputError(
             f"{source}: expected a JSON list of {{\"image_id\": ..., \"caption\": \"...\"}} objects "
             f"(the COCO result format) or catcap caption's JSON Lines, found a {type(data).__name__}"
+            + ("; one caption record is read as JSON Lines from a file named .jsonl, not .json"
+               if isinstance(data, dict) and "caption" in data else "")
         )
     results: dict[ImageId, str] = {}
     keys = []
