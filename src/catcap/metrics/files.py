@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from catcap.metrics.errors import MetricInputError
-from catcap.metrics.schemas import KarpathyImage, coco_annotations, karpathy_images
+from catcap.metrics.schemas import KarpathyImage, coco_annotations, karpathy_images, reference_format
 from catcap.metrics.result_ids import ImageIds
 
 ImageId = Any  # int or str, as written in the files
@@ -142,20 +142,14 @@ def parse_results(data: Any, source: str = "results", ids: ImageIds | None = Non
 def parse_references(data: Any, split: str | None = None, source: str = "references") -> dict[ImageId, list[str]]:
     """COCO annotations or a Karpathy split file -> {image_id: [raw captions]}; both checked by
     the validators every reader of these formats uses (:mod:`catcap.metrics.schemas`)."""
-    if isinstance(data, dict) and isinstance(data.get("annotations"), list):
+    if reference_format(data, source) == "coco":
         refs: dict[ImageId, list[str]] = {}
         for image_id, caption, _ in coco_annotations(data, source):
             refs.setdefault(image_id, []).append(caption)
         if split is not None:
             raise MetricInputError(f"{source} is a COCO annotation file, which has no splits; drop --split {split}")
         return _nonempty(refs, source)
-    if isinstance(data, dict) and isinstance(data.get("images"), list):
-        return _karpathy(karpathy_images(data, source), split, source)
-    raise MetricInputError(
-        f"{source}: expected a COCO annotation file (an object with an 'annotations' list) or a "
-        f"Karpathy split file (an object with an 'images' list whose entries have 'sentences'); "
-        f"found {type(data).__name__}{' with keys ' + str(sorted(data)[:8]) if isinstance(data, dict) else ''}"
-    )
+    return _karpathy(karpathy_images(data, source), split, source)
 
 
 def _karpathy(images: list[KarpathyImage], split: str | None, source: str) -> dict[ImageId, list[str]]:
