@@ -93,7 +93,8 @@ def register(sub) -> None:
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
     add_generation_arguments(cap)
     paths.declare(cap, checkpoint=replace(paths.CHECKPOINTS, default=_bundled_folder), out=paths.OUTPUT,
-                  features=paths.INPUT, images=paths.PHOTOS, refs=paths.INPUT)
+                  features=replace(paths.INPUT, default=paths.checkpoint_data("features", _bundled_folder)),
+                  images=paths.PHOTOS, refs=paths.INPUT)
     cap.set_defaults(func=cmd_caption)
 
 
