@@ -518,7 +518,8 @@ MORE_CASES += [
     Case("image-evaluate-images-one-unreadable", "images", lambda c, d: evimg(c, d, _split_photos(c, d, "first")), 2,
          ("val_photos",)),
     Case("image-evaluate-images-feature-model", "images", lambda c, d: [
-        "evaluate", "--checkpoint", c.ckpt, "--images", c.photos, "--split", "test", "--quiet"], 2, ("--images",)),
+        "evaluate", "--checkpoint", c.ckpt, "--images", c.photos, "--split", "test", "--quiet"], 2, ("--images",),
+         fast=True),
     Case("image-evaluate-images-accepted", "images", lambda c, d: evimg(c, d, _split_photos(c, d)), 0,
          may_change=("scores.json",)),
     # ---------------------------------------------------------------- presets (configs)

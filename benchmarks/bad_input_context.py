@@ -120,7 +120,7 @@ class Context:
 
         out = self.shared / "study"
         create_study(out, self.results, self.results_b, self.world.dataset, self.world.images, split="test", n=4,
-                     raters=3, seed=0, **QUIET)
+                     raters=3, seed=0)
         return out
 
     @cached_property
