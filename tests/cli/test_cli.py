@@ -29,12 +29,14 @@ def test_help_examples_are_commands_that_parse(command, count):
     with the values they show."""
     examples = example_commands(catcap(command, "--help").stdout)
     assert len(examples) == count
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    dest = {flag: a.dest for a in sub._actions for flag in a.option_strings}  # --beam -> num_beams
     for example in examples:
         args = parse_example(example)
         assert args.command == command
         for flag, value in zip(example, example[1:]):
             if flag.startswith("--") and not value.startswith("--"):
-                got = getattr(args, flag[2:].replace("-", "_"))
+                got = getattr(args, dest[flag])
                 got = [str(v) for v in got] if isinstance(got, list) else [str(got)]  # a repeatable option
                 assert value in got, (example, flag)
 
