@@ -70,6 +70,28 @@ class Context:
         return self.ckpt.parent
 
     @cached_property
+    def relative_model(self) -> Path:
+        """A tiny Transformer trained in ``shared/rel`` on copies of the world's files named
+        relatively (``data/dataset.json``, ``data/features.h5``), as a user's run records them:
+        from a folder that has ``data/`` the model reads that folder's files."""
+        import os
+
+        rel = self.shared / "rel"
+        (rel / "data").mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.world.dataset, rel / "data" / "dataset.json")
+        shutil.copy(self.world.features, rel / "data" / "features.h5")
+        from catcap import api
+
+        here = os.getcwd()
+        os.chdir(rel)
+        try:
+            api.train(None, tiny(self.world, "run", **{"data.dataset": "data/dataset.json",
+                                                       "data.features": "data/features.h5"}), **QUIET)
+        finally:
+            os.chdir(here)
+        return rel / "run" / "last"
+
+    @cached_property
     def lstm(self) -> Path:
         """Another model family (Up-Down), for resuming a run of another kind."""
         from catcap import api
@@ -98,7 +120,7 @@ class Context:
 
         out = self.shared / "study"
         create_study(out, self.results, self.results_b, self.world.dataset, self.world.images, split="test", n=4,
-                     raters=3, seed=0, **QUIET)
+                     raters=3, seed=0)
         return out
 
     @cached_property

@@ -166,6 +166,18 @@ def default_model(root: str | Path | None = None) -> ZooEntry:
     return models[0]
 
 
+def local_folder(source: str | Path, root: str | Path | None = None) -> Path | None:
+    """The folder on this machine that ``source`` names without a download: an existing folder as
+    it is, a zoo name (``flickr8k-cat``) as its folder in the zoo; None for anything else (a Hub
+    id, a missing path). :func:`locate` and the CLI's path check (catcap/cli/paths.py) both use it."""
+    text, path = str(source), Path(source)
+    if path.is_dir():
+        return path
+    if NAME.match(text) and (zoo_root(root) / text).is_dir():
+        return zoo_root(root) / text
+    return None
+
+
 def locate(source: str | Path, root: str | Path | None = None) -> Path:
     """What ``Captioner.from_pretrained`` was given -> a folder: an existing folder (a checkpoint or a
     zoo folder) as it is; a zoo name (``flickr8k-cat``) in the zoo; ``owner/name`` (or
@@ -175,12 +187,10 @@ def locate(source: str | Path, root: str | Path | None = None) -> Path:
     path = Path(source)
     if text.startswith("hf://"):
         return hub_download(text[len("hf://"):])
-    if path.is_dir():
-        return path
+    folder = local_folder(text, root)
+    if folder is not None:
+        return folder
     if NAME.match(text):
-        folder = zoo_root(root) / text
-        if folder.is_dir():
-            return folder
         names = [e.name for e in list_models(root)]
         raise ZooError(f"no folder {text!r} here and no zoo model named {text!r} (the zoo at {zoo_root(root)} holds "
                        f"{', '.join(names) or 'none'})"

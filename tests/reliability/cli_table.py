@@ -87,10 +87,13 @@ def argv(command: Command, tmp: Path, given: dict[argparse.Action, str]) -> list
 
 
 def value_for(action: argparse.Action, path: str) -> str:
-    """The option value that names ``path`` (``SPLIT=FILE`` options: ``val=path``)."""
+    """The option value that names ``path`` (``SPLIT=FILE`` options: ``val=path``; an option whose
+    one value may name several paths, an ensemble ``A,B``: ``path`` second, after another)."""
     role = paths.role_of(action)
     if role is not None and role.path is not None:
         value = f"val={path}"
         assert role.path(value) == path, f"{action.dest}: its role's path() does not find {path} in {value}"
         return value
+    if role is not None and role.many is not None and len(role.many(f"{path}-other,{path}")) == 2:
+        return f"{path}-other,{path}"
     return path

@@ -103,6 +103,60 @@ def test_resolved_links_and_dots_are_the_same_file(tmp_path, capsys):
     assert results.read_text() == "[]"
 
 
+def test_a_model_named_by_its_zoo_name_in_an_ensemble_or_by_default_is_its_folder(tmp_path, capsys, monkeypatch):
+    """A checkpoint option names a folder also as a zoo name, as the second model of an ensemble
+    (``A,B``) and, for caption, by default (the bundled model): an output into that folder's files
+    is refused like one given as a path, and the model's files are byte-identical."""
+    model = tmp_path / "zoo" / "flickr8k-m2"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"format": "catcap-zoo-v1"}')
+    monkeypatch.setenv("CATCAP_ZOO", str(tmp_path / "zoo"))
+    monkeypatch.chdir(tmp_path)
+    target = str(model / "config.json")
+    for line in (["caption", "--checkpoint", "flickr8k-m2", "1", "--out", target],
+                 ["caption", "--checkpoint", f"{tmp_path / 'other'},flickr8k-m2", "1", "--out", target],
+                 ["caption", "1", "--out", target, "--restart"],
+                 ["evaluate", "--checkpoint", "other", "--checkpoint", "flickr8k-m2", "--save-results", target],
+                 ["evaluate", "--checkpoint", "other,flickr8k-m2", "--output", target]):
+        assert main(line) == 2, line
+        err = capsys.readouterr().err
+        assert "write over its own input" in err and "--checkpoint" in err, (line, err)
+    assert (model / "config.json").read_text() == '{"format": "catcap-zoo-v1"}'
+    assert sorted(os.listdir(tmp_path)) == ["zoo"]
+
+
+def test_the_data_files_a_checkpoint_reads_by_default_are_inputs(tmp_path, capsys, monkeypatch):
+    """Without --refs / --features, caption and evaluate read the model's training files
+    (config.data.dataset, .features; relative ones from here, else from the run's folder): an
+    output over one of them is refused, naming the option whose default it is."""
+    import json
+
+    (tmp_path / "run").mkdir()
+    for name in ("d.json", "f.h5"):
+        (tmp_path / "run" / name).write_text("precious")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"config": {"data": {"dataset": "d.json", "features": "f.h5"}},
+                                                  "workdir": str(tmp_path / "run")}))
+    monkeypatch.setenv("CATCAP_ZOO", str(tmp_path / "zoo"))  # no bundled model: caption needs --checkpoint
+    monkeypatch.chdir(ckpt)
+    for line, option in ((["evaluate", "--checkpoint", str(ckpt), "--save-results", "../run/d.json"], "--refs"),
+                         (["evaluate", "--checkpoint", f"other,{ckpt}", "--output", "../run/f.h5"], "--features"),
+                         (["caption", "--checkpoint", str(ckpt), "1", "--out", "../run/f.h5"], "--features")):
+        assert main(line) == 2, line
+        err = capsys.readouterr().err
+        assert "write over its own input" in err and f"{option} (not given: its default)" in err, (line, err)
+    assert all((tmp_path / "run" / n).read_text() == "precious" for n in ("d.json", "f.h5"))
+    assert sorted(os.listdir(tmp_path / "run")) == ["d.json", "f.h5"]
+    # given, the option replaces the default: the model's training files are not read then
+    from catcap.cli.checks import before_run
+    from catcap.cli.main import build_parser
+
+    parser = build_parser()
+    before_run(parser, parser.parse_args(["evaluate", "--checkpoint", str(ckpt), "--refs", "other.json",
+                                          "--features", "other.h5", "--save-results", "../run/d.json"]))
+
+
 def test_an_output_beside_its_inputs_is_accepted(tmp_path):
     """The rule is not "refuse everything": a new file next to the input, or an output folder
     that holds the input among files the command does not write, passes the check."""

@@ -1,8 +1,9 @@
 """One set of validators for the reference formats (issue 40; catcap/metrics/schemas.py): every
 malformed Karpathy file made by taking a key away from an entry, or giving it a value of the
-wrong type, is refused by the data layer's reader (prepare, train, extract --dataset) and by the
-metrics' reader (evaluate, compare, report) with the same message, naming the file, the entry and
-the key; likewise the COCO annotations of evaluate and import coco."""
+wrong type, is refused by the data layer's reader (prepare, train, extract --dataset), by the
+metrics' reader (evaluate, compare, report) and by the reader of the photos' image ids (caption
+--refs, evaluate of records that name their photo) with the same message, naming the file, the
+entry and the key; likewise the COCO annotations of evaluate, caption --refs and import coco."""
 
 import copy
 
@@ -12,6 +13,7 @@ from catcap.data.importers import DatasetImportError
 from catcap.data.karpathy import KarpathyFormatError, parse_karpathy
 from catcap.metrics.errors import MetricInputError
 from catcap.metrics.files import parse_references
+from catcap.metrics.result_ids import reference_file_ids
 from catcap.metrics.schemas import coco_annotations
 
 GOOD = {"images": [{"filename": f"{i}.jpg", "split": "test", "imgid": i,
@@ -48,7 +50,9 @@ def test_both_readers_refuse_a_malformed_karpathy_file_alike(label, data, words)
         parse_karpathy(data, source="d.json")
     with pytest.raises(MetricInputError) as by_metrics:
         parse_references(data, "test", source="d.json")
-    assert str(by_data.value) == str(by_metrics.value)
+    with pytest.raises(MetricInputError) as by_ids:
+        reference_file_ids(data, source="d.json")
+    assert str(by_data.value) == str(by_metrics.value) == str(by_ids.value)
     for word in ("d.json", *words):
         assert word in str(by_data.value), str(by_data.value)
 
@@ -64,8 +68,19 @@ def test_evaluate_and_import_coco_refuse_an_annotation_alike(annotation):
     data = {"annotations": [{"image_id": 1, "caption": "a dog"}, annotation]}
     with pytest.raises(MetricInputError) as by_metrics:
         parse_references(data, source="c.json")
+    with pytest.raises(MetricInputError) as by_ids:
+        reference_file_ids(data, source="c.json")
     with pytest.raises(DatasetImportError) as by_import:
         coco_annotations(data, "c.json", DatasetImportError, int_ids=True)
     # the same file, entry and key; import coco also wants the ids as integers (as COCO writes them)
-    where = [str(e.value).split(": expected")[0] for e in (by_metrics, by_import)]
-    assert where[0] == where[1] and where[0].startswith("c.json: annotations[1]"), where
+    where = [str(e.value).split(": expected")[0] for e in (by_metrics, by_ids, by_import)]
+    assert where[0] == where[1] == where[2] and where[0].startswith("c.json: annotations[1]"), where
+
+
+@pytest.mark.parametrize("data", [[1, 2], {"imgs": []}, "refs", {"images": 3}])
+def test_a_file_of_neither_format_is_refused_alike(data):
+    with pytest.raises(MetricInputError) as by_metrics:
+        parse_references(data, source="r.json")
+    with pytest.raises(MetricInputError) as by_ids:
+        reference_file_ids(data, source="r.json")
+    assert str(by_metrics.value) == str(by_ids.value) and "expected a COCO annotation file" in str(by_ids.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from catcap.cli.generation_args import add_generation_arguments, checkpoints, generation_config
 from catcap.cli import checks, paths
@@ -91,9 +92,21 @@ def register(sub) -> None:
     cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.add_argument("images", nargs="+", metavar="IMAGE", help="image files, folders of them, or feature-store keys")
     add_generation_arguments(cap)
-    paths.declare(cap, checkpoint=paths.CHECKPOINT, out=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS,
-                  refs=paths.INPUT)
+    paths.declare(cap, checkpoint=replace(paths.CHECKPOINTS, default=_bundled_folder), out=paths.OUTPUT,
+                  features=replace(paths.INPUT, default=paths.checkpoint_data("features", _bundled_folder)),
+                  images=paths.PHOTOS, refs=paths.INPUT)
     cap.set_defaults(func=cmd_caption)
+
+
+def _bundled_folder(args) -> str | None:
+    """The model captioning without --checkpoint (an input like any other; None: none is bundled,
+    which the command itself then explains)."""
+    from catcap import api
+
+    try:
+        return str(api.bundled_model().path)
+    except ValueError:
+        return None
 
 
 def _log(message: str) -> None:

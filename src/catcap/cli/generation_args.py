@@ -65,4 +65,8 @@ def checkpoints(values: list[str] | str | None) -> list[str] | None:
     if values is None:
         return None
     values = [values] if isinstance(values, str) else values
-    return [part for value in values for part in value.split(",") if part]
+    parts = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    if not parts:
+        raise ValueError(f"--checkpoint: expected a checkpoint folder, a zoo name or an ensemble A,B; found "
+                         f"{', '.join(repr(v) for v in values)}: give at least one model")
+    return parts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from catcap.cli.generation_args import add_generation_arguments, checkpoints, generation_config, given_generation_flags
 from catcap.cli import paths
@@ -98,8 +99,9 @@ def register(sub) -> None:
                     "through the checkpoint's own image encoder (extracted once into catcap's cache), instead of "
                     "a feature store")
     add_generation_arguments(ev)
-    paths.declare(ev, results=paths.INPUT, refs=paths.INPUT, corenlp=paths.INPUT, output=paths.OUTPUT,
-                  checkpoint=paths.CHECKPOINT, save_results=paths.OUTPUT, features=paths.INPUT, images=paths.PHOTOS)
+    paths.declare(ev, results=paths.INPUT, refs=replace(paths.INPUT, default=paths.checkpoint_data("dataset")),
+                  corenlp=paths.INPUT, output=paths.OUTPUT, checkpoint=paths.CHECKPOINTS, save_results=paths.OUTPUT,
+                  features=replace(paths.INPUT, default=paths.checkpoint_data("features")), images=paths.PHOTOS)
     ev.set_defaults(func=cmd_evaluate)
     cmp = sub.add_parser("compare", help="paired bootstrap comparison of two result files", description=COMPARE_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -37,13 +37,15 @@ class Role:
     """``kind``: "input", "output" or "input+output" (a file the command updates in place, e.g.
     ``zoo build --record-captions``: an output for the other inputs, an input for the other
     outputs). ``names``: entries of a folder it reads or writes (None: the whole path).
-    ``path``: the path inside an option's value (``SPLIT=FILE`` -> ``FILE``). ``default``: the
-    path the command uses when the option is not given (None: none to check)."""
+    ``path``: the path inside an option's value (``SPLIT=FILE`` -> ``FILE``). ``many``: the paths
+    one value stands for (an ensemble ``A,B``; a zoo name -> its folder). ``default``: the path the
+    command uses when the option is not given (None: none to check)."""
 
     kind: str
     names: Names = None
     path: Callable[[str], str] | None = None
-    default: Callable[[argparse.Namespace], str | None] | None = None
+    default: Callable[[argparse.Namespace], str | list[str] | None] | None = None
+    many: Callable[[str], list[str]] | None = None
 
     @property
     def reads(self) -> bool:
@@ -73,7 +75,44 @@ def writes(*names: str, **more) -> Role:
 
 
 PHOTOS = reads(*(f"*.{s}" for s in PHOTO_SUFFIXES))  # image files, or a folder read for its photos
-CHECKPOINT = reads("*.json", "*.safetensors")  # a checkpoint or zoo folder (also a zoo name or Hub id)
+
+
+def model_folder(value: str) -> list[str]:
+    """The folder a checkpoint option names: a path as it is, a zoo name (``flickr8k-m2``) as its
+    folder in the zoo (``catcap.zoo.local_folder``, the loader's own rule; a Hub id is downloaded
+    into a cache of its own and left as it is)."""
+    if os.path.exists(os.path.expanduser(value)) or not value or "/" in value or os.sep in value:
+        return [value]
+    from catcap import zoo  # only for a value that may be a zoo name: it loads torch
+
+    folder = zoo.local_folder(value)
+    return [str(folder) if folder is not None else value]
+
+
+def ensemble_folders(value: str) -> list[str]:
+    """The folders of ``--checkpoint A,B`` (the split of cli/generation_args.checkpoints)."""
+    from catcap.cli.generation_args import checkpoints
+
+    return [folder for part in checkpoints(value) or [] for folder in model_folder(part)]
+
+
+def checkpoint_data(name: str, fallback: Callable[[argparse.Namespace], str | None] | None = None):
+    """A role's default: the training data file ``config.data.<name>`` (dataset, features) of each
+    model the command loads (``--checkpoint``, each member of an ensemble; else ``fallback``'s
+    model), which the command reads when the option is not given."""
+    def default(args: argparse.Namespace) -> list[str]:
+        from catcap.inference.data_files import recorded_data_file
+
+        given = getattr(args, "checkpoint", None)
+        values = [given] if isinstance(given, str) else list(given or [])
+        folders = [f for v in values for f in ensemble_folders(v)] if values else [fallback(args)] if fallback else []
+        return [path for folder in folders if folder for path in [recorded_data_file(folder, name)] if path]
+    return default
+
+
+MODEL_FILES = ("*.json", "*.safetensors")  # what a command reads from a checkpoint or zoo folder
+CHECKPOINT = Role("input", names=MODEL_FILES, many=model_folder)  # a checkpoint or zoo folder, or a zoo name
+CHECKPOINTS = Role("input", names=MODEL_FILES, many=ensemble_folders)  # one of them, or an ensemble A,B
 
 
 def declare(parser: argparse.ArgumentParser, **roles: Role) -> None:
@@ -113,13 +152,14 @@ def named_paths(actions: Iterable[argparse.Action], args: argparse.Namespace) ->
         role = role_of(action)
         if role is None:
             continue
-        value = getattr(args, action.dest, None)
+        value, name = getattr(args, action.dest, None), label(action)
         if value in (None, "", []) and role.default is not None:
-            value = role.default(args)
+            value, name = role.default(args), f"{name} (not given: its default)"
         for item in value if isinstance(value, (list, tuple)) else [value]:
             item = role.path(item) if role.path and isinstance(item, str) else item
-            if isinstance(item, (str, os.PathLike)) and str(item):
-                found.append(Named(label(action), str(item), role))
+            for one in role.many(item) if role.many and isinstance(item, str) else [item]:
+                if isinstance(one, (str, os.PathLike)) and str(one):
+                    found.append(Named(name, str(one), role))
     return found
 
 
@@ -214,7 +254,7 @@ def _message(out: Named, inp: Named, w: Path, r: Path) -> str:
     else:
         how = f"{w} and {r} are hard links of one file"
     return (f"{out.label} {out.value} and {inp.label} {inp.value}: {how}; expected an output apart from the "
-            f"command's inputs (it would write over its own input): give {out.label} another path")
+            f"command's inputs (it would write over its own input): give {out.label.split(' (')[0]} another path")
 
 
 def check(named: Sequence[Named], args: argparse.Namespace) -> None:

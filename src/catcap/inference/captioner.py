@@ -75,11 +75,9 @@ class Captioner:
         """The training data file ``config.data.<name>`` (``dataset`` or ``features``) as a path
         that opens from here: a relative path is taken from the current folder when it exists
         there, else from the training run's working folder (recorded in the checkpoint)."""
-        path = Path(getattr(self.config.data, name))
-        if path.is_absolute() or path.exists() or not self.workdir:
-            return str(path)
-        moved = Path(self.workdir) / path
-        return str(moved) if moved.exists() else str(path)
+        from catcap.inference.data_files import data_path
+
+        return data_path(getattr(self.config.data, name), self.workdir)
 
     def check_store(self, store) -> None:
         """Refuse a feature store of another width, or made by another image encoder than this

@@ -102,7 +102,10 @@ def photo_store(cap, dataset: str | Path, split: str, images: str | Path, *, pro
     from catcap.inference.captioner import pixel_encoder
     from catcap.threads import available_cpus
 
-    pixel_encoder(cap.features_meta, cap.device)  # a model that cannot read photos says so here
+    try:
+        pixel_encoder(cap.features_meta, cap.device)  # a model that cannot read photos says so here
+    except ValueError as err:
+        raise ValueError(f"--images {images}: {err}; or give --features STORE in place of --images") from None
     encoder, backend = cap.features_meta["encoder"], encoder_backend()
     keys = split_photos(dataset, split, images)
     out = cache_path(encoder, backend, images, dataset)
@@ -114,8 +117,13 @@ def photo_store(cap, dataset: str | Path, split: str, images: str | Path, *, pro
             log("all of them are in the cache already")
         return out
     workers = 1 if available_cpus() <= 2 else 2  # JPEG readers, as catcap caption's default
-    extract_features([Path(p) for p in keys], out, encoder, backend=backend, keys=keys, workers=workers,
-                     progress=progress, log=log)
+    result = extract_features([Path(p) for p in keys], out, encoder, backend=backend, keys=keys, workers=workers,
+                              progress=progress, log=log)
+    if result.errors:  # the scores are of the whole split: a photo missing from it is not scored around
+        path, why = result.errors[0]
+        raise ValueError(f"--images {images}: {len(result.errors)} of the {len(keys)} {split} photos could not be "
+                         f"read (first: {path}: {why}); expected every photo of the split, as the scores are of the "
+                         "whole split: replace or fix them and run again (the photos read are kept in the cache)")
     return out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from catcap.metrics.errors import MetricInputError
-from catcap.metrics.schemas import KarpathyImage, coco_annotations, karpathy_images
+from catcap.metrics.schemas import KarpathyImage, coco_annotations, karpathy_images, reference_format
 from catcap.metrics.result_ids import ImageIds
 
 ImageId = Any  # int or str, as written in the files
@@ -62,7 +62,9 @@ def read_results_file(path: str | Path) -> Any:
     data = path.read_bytes()
     try:
         value = decode_json(data, path, "results")
-        return [value] if isinstance(value, dict) and "caption" in value else value  # one line of JSON Lines
+        if isinstance(value, dict) and "caption" in value and path.suffix.lower() != ".json":
+            return [value]  # one line of JSON Lines (a .json file is one JSON document: the COCO result list)
+        return value
     except MetricInputError as err:
         if "not UTF-8" in str(err) or not (path.suffix.lower() == ".jsonl" or "Extra data" in str(err)):
             raise
@@ -105,6 +107,8 @@ def parse_results(data: Any, source: str = "results", ids: ImageIds | None = Non
         raise MetricInputError(
             f"{source}: expected a JSON list of {{\"image_id\": ..., \"caption\": \"...\"}} objects "
             f"(the COCO result format) or catcap caption's JSON Lines, found a {type(data).__name__}"
+            + ("; one caption record is read as JSON Lines from a file named .jsonl, not .json"
+               if isinstance(data, dict) and "caption" in data else "")
         )
     results: dict[ImageId, str] = {}
     keys = []
@@ -138,20 +142,14 @@ def parse_results(data: Any, source: str = "results", ids: ImageIds | None = Non
 def parse_references(data: Any, split: str | None = None, source: str = "references") -> dict[ImageId, list[str]]:
     """COCO annotations or a Karpathy split file -> {image_id: [raw captions]}; both checked by
     the validators every reader of these formats uses (:mod:`catcap.metrics.schemas`)."""
-    if isinstance(data, dict) and isinstance(data.get("annotations"), list):
+    if reference_format(data, source) == "coco":
         refs: dict[ImageId, list[str]] = {}
         for image_id, caption, _ in coco_annotations(data, source):
             refs.setdefault(image_id, []).append(caption)
         if split is not None:
             raise MetricInputError(f"{source} is a COCO annotation file, which has no splits; drop --split {split}")
         return _nonempty(refs, source)
-    if isinstance(data, dict) and isinstance(data.get("images"), list):
-        return _karpathy(karpathy_images(data, source), split, source)
-    raise MetricInputError(
-        f"{source}: expected a COCO annotation file (an object with an 'annotations' list) or a "
-        f"Karpathy split file (an object with an 'images' list whose entries have 'sentences'); "
-        f"found {type(data).__name__}{' with keys ' + str(sorted(data)[:8]) if isinstance(data, dict) else ''}"
-    )
+    return _karpathy(karpathy_images(data, source), split, source)
 
 
 def _karpathy(images: list[KarpathyImage], split: str | None, source: str) -> dict[ImageId, list[str]]:

@@ -53,23 +53,24 @@ def id_from_key(key: str) -> ImageId:
     return int(key) if key.isdigit() else key
 
 
-def reference_file_ids(data: Any) -> dict[str, ImageId]:
+def reference_file_ids(data: Any, source: str = "references") -> dict[str, ImageId]:
     """``{file name: image id}`` of a parsed reference file (module doc, rule 1): both the bare
-    file name and ``filepath/filename`` of a Karpathy file; ``{}`` when it names no files."""
-    images = data.get("images") if isinstance(data, dict) else None
-    if not isinstance(images, list):
-        return {}
+    file name and ``filepath/filename`` of a Karpathy file, COCO annotations' ``file_name`` per
+    ``id`` (``{}`` when they list no images). The file is checked by the validators every reader
+    of these formats uses (:mod:`catcap.metrics.schemas`): a file that ``catcap evaluate`` would
+    refuse is refused here with the same message (the file, the entry, the key)."""
+    from catcap.metrics.schemas import coco_annotations, coco_image_files, karpathy_images, reference_format
+
     out: dict[str, ImageId] = {}
-    for img in images:
-        if not isinstance(img, dict):
-            continue
-        if "sentences" in img and "filename" in img:  # Karpathy
-            image_id = img.get("cocoid", img.get("imgid", img.get("filename")))
-            out[str(img["filename"])] = image_id
-            if img.get("filepath"):
-                out[f"{img['filepath']}/{img['filename']}"] = image_id
-        elif "file_name" in img and "id" in img:  # COCO annotations
-            out[str(img["file_name"])] = img["id"]
+    if reference_format(data, source) == "coco":
+        coco_annotations(data, source)
+        if "images" in data:
+            out.update((name, image_id) for image_id, name in coco_image_files(data, source))
+        return out
+    for img in karpathy_images(data, source):
+        out[img.filename] = img.image_id
+        if img.entry.get("filepath"):
+            out[f"{img.entry['filepath']}/{img.filename}"] = img.image_id
     return out
 
 
@@ -82,7 +83,7 @@ class ImageIds:
 
     @classmethod
     def from_references(cls, data: Any, source: str) -> "ImageIds":
-        return cls(reference_file_ids(data), source)
+        return cls(reference_file_ids(data, source), source)
 
     def of(self, image: str) -> Optional[ImageId]:
         """The id of the photo at path ``image`` (None when neither rule gives one)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from catcap.metrics.errors import MetricInputError
 
-__all__ = ["KarpathyImage", "karpathy_images", "coco_annotations", "coco_image_files", "is_image_id"]
+__all__ = ["KarpathyImage", "reference_format", "karpathy_images", "coco_annotations", "coco_image_files", "is_image_id"]
 
 KARPATHY_SHAPE = ('an object with an "images" list (entries with "filename", "split", "sentences" and '
                   '"cocoid" or "imgid")')
@@ -50,6 +50,18 @@ def is_image_id(value: Any) -> bool:
 def _short(value: Any, width: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def reference_format(data: Any, source: str, error: type[Exception] = MetricInputError) -> str:
+    """"coco" (an object with an "annotations" list) or "karpathy" (with an "images" list); any
+    other document is refused, naming the file and what it holds."""
+    if isinstance(data, dict) and isinstance(data.get("annotations"), list):
+        return "coco"
+    if isinstance(data, dict) and isinstance(data.get("images"), list):
+        return "karpathy"
+    raise error(f"{source}: expected a COCO annotation file (an object with an 'annotations' list) or a Karpathy "
+                f"split file (an object with an 'images' list whose entries have 'sentences'); found "
+                f"{type(data).__name__}{' with keys ' + str(sorted(data)[:8]) if isinstance(data, dict) else ''}")
 
 
 def karpathy_images(data: Any, source: str, error: type[Exception] = MetricInputError) -> list[KarpathyImage]:
