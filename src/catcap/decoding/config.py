@@ -11,6 +11,7 @@ setting, the value and what is allowed; a face that calls the setting something 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, fields
 
 from catcap.config import ConfigError
@@ -27,9 +28,17 @@ class GenerationConfigError(ConfigError):
         where = f"{name}: " if name and name != setting else ""
         super().__init__(f"{where}{setting} must be {allowed}, got {value!r}")
 
-    def named(self, name: str) -> "GenerationConfigError":
-        """The same error as the user wrote the setting (a flag, a YAML key) in front of it."""
-        return GenerationConfigError(self.setting, self.value, self.allowed, name)
+    def named(self, names: dict[str, str]) -> "GenerationConfigError":
+        """The same error as the user wrote the settings (``names``: field -> a flag or YAML key):
+        the setting's name in front of it, and the other settings its range mentions by theirs
+        (``1.0 without do_sample=True`` -> ``1.0 without --do-sample``)."""
+        def other(match: re.Match) -> str:
+            name = names.get(match.group(1), match.group(1))
+            return name if name.startswith("--") and match.group(2) else name + (match.group(2) or "")
+
+        fields_named = "|".join(re.escape(f) for f in sorted(names, key=len, reverse=True))
+        allowed = re.sub(rf"\b({fields_named})\b(=True)?", other, self.allowed) if fields_named else self.allowed
+        return GenerationConfigError(self.setting, self.value, allowed, names.get(self.setting, self.setting))
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,7 @@ def build_generation_config(settings: dict, base: GenerationConfig | None = None
     try:
         return GenerationConfig(**given)
     except GenerationConfigError as err:
-        raise err.named((names or {}).get(err.setting, err.setting)) from None
+        raise err.named(names or {}) from None
 
 
 def _integer(name: str, value, low: int, allowed: str) -> None:
