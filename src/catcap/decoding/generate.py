@@ -17,7 +17,8 @@ the decoder's memories are allocated once for ``max_length + 1`` entries
 strategy's token and log-prob buffers too, and a rule violation is raised after the loop
 (:class:`~catcap.decoding.processors.StepCheck`). The tokens are those of the default path bit
 for bit (tests/decoding/test_static.py); on a CPU it is slower when captions end early (it cannot
-stop), so the CPU default stays ``static=False``.
+stop), so the CPU default stays ``static=False``. On CUDA the static loop is what
+:mod:`catcap.decoding.graphs` captures as one CUDA graph and replays (``cuda_graphs=False``: eager).
 
 A strategy (:class:`~catcap.decoding.greedy.RowSearch` for greedy and sampling,
 :class:`~catcap.decoding.beam.BeamSearch` for beam and diverse beam search) owns the tokens,
@@ -51,19 +52,25 @@ from catcap.decoding.sampling import sampler
 
 def generate(model, features, feature_mask, config: GenerationConfig, *, vocab=None,
              processors: Iterable[Processor] = (), generator: torch.Generator | None = None,
-             static: bool | None = None) -> GenerationOutput:
+             static: bool | None = None, cuda_graphs: bool = True) -> GenerationOutput:
     """Captions of B images: features (B, N, F) and mask (B, N), True = real region, decoded as
     ``config`` says. ``vocab``: the model's vocabulary; with it the caption rules apply (never
     ``<pad>``, ``<bos>``, ``<unk>``; ``remove_bad_endings`` by word), without it only the
     config's ``min_length`` and ``no_repeat_ngram_size``. ``processors``: more rules (callables
     ``(log_probs, history, step) -> log_probs``). ``generator``: the random numbers of sampling
     when the config has no ``seed`` (default: torch's global generator). ``static``: static
-    decoding (module doc; None = on CUDA only)."""
+    decoding (module doc; None = on CUDA only); ``cuda_graphs``: on CUDA, replay the static loop
+    as a CUDA graph where one can serve (:mod:`catcap.decoding.graphs`), else run it eagerly."""
     images = model.check_inputs(features, feature_mask) if hasattr(model, "check_inputs") \
         else check_inputs(features, feature_mask)
     rules = generation_rules(config, model.eos_id, vocab) + tuple(processors)
     device = input_device(feature_mask)
     static = device.type == "cuda" if static is None else static
+    if static and cuda_graphs and device.type == "cuda":
+        from catcap.decoding.graphs import GRAPHS
+        out = GRAPHS.generate(model, features, feature_mask, config, rules, images, generator)
+        if out is not None:
+            return out
     search = strategy(model, config, rules, images, feature_mask, generator, static)
     record = StepRecord(config.output_attentions, config.output_history_weights) if config.records_steps else None
     decode(model, features, feature_mask, config.max_length, search, record, static)
