@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from catcap.decoding import GenerationConfig, generate
-from catcap.decoding.generate import strategy
+from catcap.decoding.generate import decode, strategy
 from catcap.decoding.graphs import GRAPHS, GraphCache, cloned, tensors_in
 from catcap.decoding.processors import build_processors, generation_rules
 from tiny_models import contract_batch, tiny_captioner
@@ -22,17 +22,20 @@ GREEDY = GenerationConfig(num_beams=1, max_length=5)
 
 
 class Stand_in:
-    """A capture that records what it was asked for and replays by decoding eagerly."""
+    """A capture that records what it was asked for and replays by running the static loop
+    it was given, eagerly."""
 
     def __init__(self):
         self.asked = []
 
-    def __call__(self, model, features, feature_mask, config, rules, images):
+    def __call__(self, features, feature_mask, make_search, run):
         self.asked.append(tuple(features.shape))
 
-        def run(f, m):
-            return generate(model, f, m, config, static=True, cuda_graphs=False)
-        return run
+        def replay(f, m):
+            search = make_search(m)
+            run(f, m, search)
+            return search.output(None)
+        return replay
 
 
 def inputs(images=3):
@@ -49,7 +52,9 @@ def ask(cache, model, images=3, config=GREEDY):
     features, fmask = inputs(images)
     rules = generation_rules(config, model.eos_id)  # new rule objects every call, as generate makes them
     with torch.no_grad():
-        return cache.generate(model, features, fmask, config, rules, images)
+        return cache.generate(model, features, fmask, config, rules, None,
+                              lambda mask: strategy(model, config, rules, images, mask, None, True),
+                              lambda f, mask, search: decode(model, f, mask, config.max_length, search, None, True))
 
 
 def test_one_capture_per_key_and_a_replay_after(model):
@@ -57,7 +62,10 @@ def test_one_capture_per_key_and_a_replay_after(model):
     cache = GraphCache(capture=capture)
     first, again = ask(cache, model), ask(cache, model)
     assert cache.captures == 1 and capture.asked == [(3, 5, 12)]
-    assert torch.equal(first.tokens, again.tokens)
+    features, fmask = inputs()
+    with torch.no_grad():
+        eager = generate(model, features, fmask, GREEDY)
+    assert torch.equal(first.tokens, eager.tokens) and torch.equal(again.tokens, eager.tokens)
     ask(cache, model, images=2)  # another batch shape: another graph
     ask(cache, model, config=GenerationConfig(num_beams=2, max_length=5))  # another config: another graph
     assert cache.captures == 3 and len(cache.graphs) == 3

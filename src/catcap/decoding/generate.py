@@ -44,6 +44,7 @@ from torch import Tensor
 
 from catcap.decoding.beam import BeamSearch
 from catcap.decoding.config import GenerationConfig
+from catcap.decoding.graphs import GRAPHS
 from catcap.decoding.greedy import RowSearch, argmax, check_inputs
 from catcap.decoding.output import GenerationOutput, StepRecord
 from catcap.decoding.processors import Processor, generation_rules
@@ -67,8 +68,9 @@ def generate(model, features, feature_mask, config: GenerationConfig, *, vocab=N
     device = input_device(feature_mask)
     static = device.type == "cuda" if static is None else static
     if static and cuda_graphs and device.type == "cuda":
-        from catcap.decoding.graphs import GRAPHS
-        out = GRAPHS.generate(model, features, feature_mask, config, rules, images, generator)
+        out = GRAPHS.generate(model, features, feature_mask, config, rules, generator,
+                              lambda mask: strategy(model, config, rules, images, mask, None, True),
+                              lambda f, mask, search: decode(model, f, mask, config.max_length, search, None, True))
         if out is not None:
             return out
     search = strategy(model, config, rules, images, feature_mask, generator, static)

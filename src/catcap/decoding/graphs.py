@@ -88,9 +88,9 @@ class CapturedDecode:
     (its initial tokens, scores, buffers): the graph reads them at every replay, so they must
     outlive the loop's rebinding of the strategy's attributes."""
 
-    def __init__(self, features: Tensor, feature_mask: Tensor, graph, search, keep: list, rules: tuple):
+    def __init__(self, features: Tensor, feature_mask: Tensor, graph, search, keep: list):
         self.features, self.feature_mask, self.graph, self.search = features, feature_mask, graph, search
-        self.keep, self.rules = keep, rules
+        self.keep = keep
 
     def __call__(self, features: Tensor, feature_mask: Tensor) -> GenerationOutput:
         self.features.copy_(features)
@@ -99,31 +99,29 @@ class CapturedDecode:
         return cloned(self.search.output(None))
 
 
-def capture_cuda(model, features: Tensor, feature_mask: Tensor, config, rules: tuple, images: int) -> CapturedDecode:
-    """Record the static loop on ``features``' CUDA device (module doc)."""
-    from catcap.decoding.generate import decode, strategy
-
+def capture_cuda(features: Tensor, feature_mask: Tensor, make_search, run) -> CapturedDecode:
+    """Record the static loop on ``features``' CUDA device (module doc): ``make_search(mask)``
+    makes a fresh static strategy, ``run(features, mask, search)`` runs the loop."""
     static_features, static_mask = features.clone(), feature_mask.clone()
     side = torch.cuda.Stream(device=features.device)
     side.wait_stream(torch.cuda.current_stream(features.device))
     with torch.cuda.stream(side):  # warm-up: lazy initialisations (cuBLAS handles, ...) happen outside the capture
         for _ in range(WARM_UP_RUNS):
-            search = strategy(model, config, rules, images, static_mask, None, True)
-            decode(model, static_features, static_mask, config.max_length, search, None, static=True)
+            run(static_features, static_mask, make_search(static_mask))
     torch.cuda.current_stream(features.device).wait_stream(side)
-    search = strategy(model, config, rules, images, static_mask, None, True)
+    search = make_search(static_mask)
     keep = tensors_in(search)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        decode(model, static_features, static_mask, config.max_length, search, None, static=True)
-    return CapturedDecode(static_features, static_mask, graph, search, keep, rules)
+        run(static_features, static_mask, search)
+    return CapturedDecode(static_features, static_mask, graph, search, keep)
 
 
 class GraphCache:
     """Captured decodes by key (module doc), at most ``max_graphs``, least recently used out.
-    ``capture(model, features, feature_mask, config, rules, images)`` records one
-    (:func:`capture_cuda`); ``captures`` counts them, ``refused`` maps a key whose capture
-    failed to its error."""
+    ``capture(features, feature_mask, make_search, run)`` records one (:func:`capture_cuda`);
+    ``captures`` counts them, ``refused`` maps a key whose capture failed to its error. An
+    entry keeps the key's rules alive (a rule keyed by identity must not be freed and its id reused)."""
 
     def __init__(self, max_graphs: int = 8, capture=capture_cuda):
         self.max_graphs, self.capture, self.enabled = max_graphs, capture, True
@@ -157,29 +155,31 @@ class GraphCache:
                 str(features.device), config, tuple(rule_key(r) for r in rules), torch.is_grad_enabled(), autocast,
                 getattr(model, "training", False))
 
-    def generate(self, model, features, feature_mask, config, rules: tuple, images: int,
-                 generator=None) -> GenerationOutput | None:
-        """The captions from a graph (captured now if new), or None: decode eagerly."""
+    def generate(self, model, features, feature_mask, config, rules: tuple, generator, make_search,
+                 run) -> GenerationOutput | None:
+        """The captions from a graph (captured now if new), or None: decode eagerly.
+        ``make_search(mask)``: a fresh static strategy; ``run(features, mask, search)``: the
+        static loop (what :func:`catcap.decoding.generate.generate` passes)."""
         if self.why_eager(model, features, config, generator) is not None:
             return None
         key = self.key(model, features, feature_mask, config, rules)
         if key in self.refused:
             return None
-        run = self.graphs.get(key)
-        if run is None:
+        entry = self.graphs.get(key)
+        if entry is None:
             try:
-                run = self.capture(model, features, feature_mask, config, rules, images)
+                entry = (self.capture(features, feature_mask, make_search, run), rules)
             except Exception as err:  # noqa: BLE001 (any capture failure: decode eagerly, say why once)
                 self.refused[key] = f"{type(err).__name__}: {err}"
                 warnings.warn(f"CUDA graph capture of static decoding failed, decoding eagerly instead "
                               f"({self.refused[key]})", RuntimeWarning, stacklevel=3)
                 return None
             self.captures += 1
-            self.graphs[key] = run
+            self.graphs[key] = entry
             while len(self.graphs) > self.max_graphs:
                 self.graphs.popitem(last=False)
         self.graphs.move_to_end(key)
-        return run(features, feature_mask)
+        return entry[0](features, feature_mask)
 
 
 #: the process's graphs (generate's); ``GRAPHS.enabled = False`` turns them off everywhere
