@@ -37,7 +37,8 @@ def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | flo
     writes the new tensor, whose unforced rows equal ``log_probs``'s."""
     if not static and not bool(rows.any()):
         return log_probs
-    value = torch.as_tensor(value, dtype=log_probs.dtype, device=log_probs.device).expand(rows.shape)
+    if isinstance(value, Tensor):  # a float stays a Python scalar: no host-to-device copy
+        value = value.to(log_probs.dtype)
     out = log_probs.masked_fill(rows[:, None], NEG_INF)
     out[:, token] = torch.where(rows, value, log_probs[:, token])
     return out
