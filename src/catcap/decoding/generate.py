@@ -6,7 +6,7 @@ Every strategy runs the same step function (the loop in :func:`generate`)::
 
     logits, state = model.step(tokens, state)          # the decoder, one token per row
     tokens, rows = strategy.advance(logits, step)       # scores -> the strategy's choice
-    stop when step = max_length or every strategy.done  # the loop's one host read per step
+    stop when step = max_length or every strategy.done  # the one host read per step (none when static)
     state = state.reorder(rows)                         # beams: rows follow their hypotheses
 
 **Static decoding** (``static=True``; the default on CUDA) is the same loop with no value read
