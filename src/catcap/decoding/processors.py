@@ -30,16 +30,32 @@ NEG_INF = float("-inf")
 BAD_ENDINGS = ("a", "an", "the", "of", "with", "on", "in", "and", "to", "at", "for", "its", "his", "her")
 
 
-def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | float) -> Tensor:
+def force_token(log_probs: Tensor, rows: Tensor, token: int, value: Tensor | float, static: bool = False) -> Tensor:
     """Allow only ``token`` in the rows where ``rows`` (R,) is True, with log-prob ``value``
     (a float or (R,)), whatever the processors said about it. Returns ``log_probs`` itself when
-    no row is forced, else a new tensor."""
-    if not bool(rows.any()):
+    no row is forced, else a new tensor; ``static`` (no host read: static decoding) always
+    writes the new tensor, whose unforced rows equal ``log_probs``'s."""
+    if not static and not bool(rows.any()):
         return log_probs
-    value = torch.as_tensor(value, dtype=log_probs.dtype, device=log_probs.device).expand(rows.shape)
+    if isinstance(value, Tensor):  # a float stays a Python scalar: no host-to-device copy
+        value = value.to(log_probs.dtype)
     out = log_probs.masked_fill(rows[:, None], NEG_INF)
     out[:, token] = torch.where(rows, value, log_probs[:, token])
     return out
+
+
+class DeviceIds:
+    """A rule's token ids as a long tensor, copied to a device once and kept: a step then makes
+    no host-to-device copy (which a CUDA graph could not capture)."""
+
+    def __init__(self, ids: Sequence[int]):
+        self.ids, self._on = list(ids), {}
+
+    def on(self, device) -> Tensor:
+        device = torch.device(device)
+        if device not in self._on:
+            self._on[device] = torch.tensor(self.ids, dtype=torch.long, device=device)
+        return self._on[device]
 
 
 class MaskingProcessor:
@@ -109,12 +125,13 @@ class SuppressTokens(MaskingProcessor):
 
     def __init__(self, ids: Iterable[int]):
         self.ids = sorted(set(int(i) for i in ids))
+        self._index = DeviceIds(self.ids)
 
     def applies(self, history: Tensor, step: int) -> bool:
         return bool(self.ids)
 
     def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
-        scores[:, self.ids] = NEG_INF
+        scores.index_fill_(1, self._index.on(scores.device), NEG_INF)
 
 
 class BadEndings(MaskingProcessor):
@@ -123,12 +140,13 @@ class BadEndings(MaskingProcessor):
 
     def __init__(self, word_ids: Iterable[int], eos_id: int):
         self.word_ids, self.eos_id = sorted(set(int(i) for i in word_ids)), eos_id
+        self._index = DeviceIds(self.word_ids)
 
     def applies(self, history: Tensor, step: int) -> bool:
         return history.shape[1] > 0 and bool(self.word_ids)
 
     def _forbid(self, scores: Tensor, history: Tensor, step: int) -> None:
-        after_bad_word = torch.isin(history[:, -1], torch.tensor(self.word_ids, device=history.device))
+        after_bad_word = torch.isin(history[:, -1], self._index.on(history.device))
         scores[:, self.eos_id] = scores[:, self.eos_id].masked_fill(after_bad_word, NEG_INF)
 
 
@@ -198,8 +216,34 @@ def apply_processors(processors: Iterable[Processor], log_probs: Tensor, history
     return log_probs
 
 
-def check_some_allowed(log_probs: Tensor, step: int) -> None:
-    """Raise when a row has every token forbidden (the rules contradict each other)."""
-    if bool(torch.isneginf(log_probs.amax(dim=1)).any()):  # one pass, no (R, V) temporary
-        raise ValueError(f"at step {step} the logit processors forbid every token of some row; "
-                         "relax the rules (e.g. min_len, suppressed ids, n-gram blocking on a tiny vocabulary)")
+def nothing_allowed(log_probs: Tensor) -> Tensor:
+    """() bool: some row has every token forbidden (the rules contradict each other)."""
+    return torch.isneginf(log_probs.amax(dim=1)).any()  # one pass, no (R, V) temporary
+
+
+def nothing_allowed_message(step: int) -> str:
+    return (f"at step {step} the logit processors forbid every token of some row; "
+            "relax the rules (e.g. min_len, suppressed ids, n-gram blocking on a tiny vocabulary)")
+
+
+class StepCheck:
+    """A per-step condition that is an error, with its message ``message(step)``. Eager
+    decoding raises at the step (one host read); ``deferred`` (static decoding, no host read in
+    the loop) keeps the first failing step on the device and :meth:`raise_if_failed` raises the
+    same error after the loop (the steps after it compute values nobody returns)."""
+
+    def __init__(self, message, deferred: bool, device):
+        self.message, self.deferred = message, deferred
+        self.first = torch.full((), -1, dtype=torch.long, device=device) if deferred else None
+
+    def __call__(self, failed: Tensor, step: int) -> None:
+        """``failed``: () bool, this step's condition."""
+        if not self.deferred:
+            if bool(failed):
+                raise ValueError(self.message(step))
+            return
+        self.first = torch.where((self.first < 0) & failed, step, self.first)
+
+    def raise_if_failed(self) -> None:
+        if self.deferred and int(self.first) >= 0:
+            raise ValueError(self.message(int(self.first)))

@@ -288,8 +288,8 @@ class VLPDecoder(nn.Module):
         if p + 1 > self.max_len:  # text positions 1..max_len
             raise ValueError(f"VLP decodes at most model.max_len={self.max_len} words; raise model.max_len")
         device = tokens.device
-        mask_in = self.text_inputs(None, torch.tensor([p + 1], device=device)).expand(r, -1, -1)
-        x = mask_in if p == 0 else torch.cat([self.text_inputs(tokens[:, None], torch.tensor([p], device=device)),
+        mask_in = self.text_inputs(None, torch.full((1,), p + 1, device=device)).expand(r, -1, -1)  # no host copy
+        x = mask_in if p == 0 else torch.cat([self.text_inputs(tokens[:, None], torch.full((1,), p, device=device)),
                                               mask_in], 1)
         q = x.shape[1]
         image, caches = state.memory, []

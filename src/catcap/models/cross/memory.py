@@ -44,10 +44,18 @@ class KeyValueMemory:
 
     CAPACITY = 24  # entries before the first doubling: past catcap's default caption length of 20
 
-    __slots__ = ("_keys", "_store", "_length")
+    __slots__ = ("_keys", "_store", "_length", "_capacity")
 
-    def __init__(self, keys: KeyValue | None = None, store: _TimeMajor | None = None, length: int = 0):
-        self._keys, self._store, self._length = keys, store, length
+    def __init__(self, keys: KeyValue | None = None, store: _TimeMajor | None = None, length: int = 0,
+                 capacity: int | None = None):
+        self._keys, self._store, self._length, self._capacity = keys, store, length, capacity
+
+    def reserve(self, capacity: int) -> "KeyValueMemory":
+        """An empty memory whose buffers, allocated at its first write, hold ``capacity``
+        entries (static decoding: no doubling, no allocation by later steps but the reorders')."""
+        if self.length:
+            raise ValueError("reserve a decoding memory before its first step")
+        return type(self)(capacity=capacity)
 
     @property
     def keys(self) -> KeyValue | None:
@@ -65,7 +73,7 @@ class KeyValueMemory:
                                                 and (entry.k.requires_grad or entry.v.requires_grad))
         if self._store is None and functional:
             return type(self)(entry.contiguous() if self._keys is None else self._keys.cat(entry))
-        store = self._store if self._store is not None else _TimeMajor.like(entry, self.CAPACITY)
+        store = self._store if self._store is not None else _TimeMajor.like(entry, self._capacity or self.CAPACITY)
         return type(self)(store=store.write(self._length, entry), length=self._length + entry.k.shape[2])
 
     def index_select(self, index: Tensor) -> "KeyValueMemory":

@@ -59,13 +59,29 @@ class SoftRegions:
 @dataclass
 class SoftHistory:
     """The HCM of a recurrent decoder: entries (R, M, D) and their keys (R, M, A); empty
-    (None) before the first step."""
+    (None) before the first step. ``capacity`` (static decoding, :meth:`reserve`): the entries
+    live in (R, capacity, D) and (R, capacity, A) ``buffers`` allocated at the first write, and a
+    step writes its entry in place (without autograd); ``values``/``keys`` are views of them."""
 
     values: Tensor | None = None
     keys: Tensor | None = None
+    capacity: int = 0
+    buffers: tuple[Tensor, Tensor] | None = None
+
+    def reserve(self, capacity: int) -> "SoftHistory":
+        if self.values is not None:
+            raise ValueError("reserve a decoding memory before its first step")
+        return SoftHistory(capacity=capacity)
 
     def appended(self, entry: "SoftHistory") -> "SoftHistory":
         """One more entry per row: ``entry`` holds values (R, 1, D) and keys (R, 1, A)."""
+        in_place = self.capacity and not (torch.is_grad_enabled() and entry.values.requires_grad)
+        if in_place:
+            buffers = self.buffers or tuple(x.new_empty(x.shape[0], self.capacity, x.shape[2])
+                                            for x in (entry.values, entry.keys))
+            t = self.length
+            buffers[0][:, t:t + 1], buffers[1][:, t:t + 1] = entry.values, entry.keys
+            return SoftHistory(buffers[0][:, :t + 1], buffers[1][:, :t + 1], self.capacity, buffers)
         if self.values is None:
             return entry
         return SoftHistory(torch.cat([self.values, entry.values], 1), torch.cat([self.keys, entry.keys], 1))
@@ -76,9 +92,13 @@ class SoftHistory:
         return None if self.values is None else self
 
     def index_select(self, index: Tensor) -> "SoftHistory":
-        """Rows ``index`` (beam reordering)."""
+        """Rows ``index`` (beam reordering; with buffers: into new buffers of the same capacity)."""
         if self.values is None:
             return self
+        if self.buffers is not None:
+            buffers = tuple(b.index_select(0, index) for b in self.buffers)
+            t = self.length
+            return SoftHistory(buffers[0][:, :t], buffers[1][:, :t], self.capacity, buffers)
         return SoftHistory(self.values.index_select(0, index), self.keys.index_select(0, index))
 
     @property

@@ -32,6 +32,17 @@ def select_rows(tree: Any, index: Tensor) -> Any:
                     "or objects with an index_select(index) method")
 
 
+def reserve_rows(tree: Any, capacity: int) -> Any:
+    """Every decoding memory in a nested structure (objects with ``reserve(capacity)``, e.g.
+    :class:`~catcap.models.cross.memory.KeyValueMemory`) made to allocate room for
+    ``capacity`` entries at its first write and never grow; anything else unchanged."""
+    if isinstance(tree, dict):
+        return {k: reserve_rows(v, capacity) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(reserve_rows(v, capacity) for v in tree)
+    return tree.reserve(capacity) if hasattr(tree, "reserve") else tree
+
+
 @dataclass
 class DecoderState:
     """memory: per-image prepared encoder output (whatever the decoder prepared, B rows);
@@ -59,6 +70,11 @@ class DecoderState:
             raise ValueError(f"reorder needs {self.batch_size} images x {group} hypotheses = "
                              f"{self.batch_size * group} indices, got {index.shape[0]}")
         return replace(self, caches=select_rows(self.caches, index), group=group)
+
+    def reserved(self, capacity: int) -> "DecoderState":
+        """The state whose decoding memories are allocated once for ``capacity`` steps (static
+        decoding, :func:`catcap.decoding.generate`): a step writes its entry in place."""
+        return replace(self, caches=reserve_rows(self.caches, capacity))
 
     def advanced(self, caches: Any) -> "DecoderState":
         """The state after one more token, with the updated caches."""

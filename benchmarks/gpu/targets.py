@@ -1,0 +1,227 @@
+"""Issue 39's target table on one card, in one run: catcap's decoding today (eager, a host read
+per step), static and eager, and static as one CUDA graph, against our static reference decoder
+(eager and graph, reference_decoder.py) and self-critical.pytorch's cached Transformer; an SCST
+step; the CACA models' ratios to their bases; each target met or not.
+
+Workload (decode.py's): random weights, vocab 10,000, 50 images x 50 regions x 2048-d, 16 words
+with ``<eos>`` suppressed (every decode runs all steps), fp32, eval mode, no grad. Models:
+configs/models/{transformer, cat, lightcat, m2, m2_caca}.yaml. Modes (``generate`` arguments):
+
+    today    static=False                     the default eager loop (reads 'all finished' per step)
+    static   static=True, cuda_graphs=False   static decoding, eager
+    graphs   static=True, cuda_graphs=True    static decoding replayed as one CUDA graph (CUDA only)
+
+SCST step (5 samples x 50 images, ``<eos>`` allowed, max 16 words, mean-of-samples baseline):
+sampling under no_grad (mode today or graphs), then a teacher-forced pass over the 250 captions
+with gradients, the policy-gradient loss with fixed random rewards, backward and an Adam step.
+The reward (CIDEr-D of 250 captions, on the CPU) is left out: it does not depend on the mode.
+
+Timings are interleaved (each repeat times every job once, starting at a different one) and
+CUDA-synchronised; medians of --repeats. The table goes to stdout and, with --out, to a markdown
+file; every line of it is also printed as JSON. self-critical.pytorch: ``--sc DIR`` or
+$CATCAP_SC_REFERENCE (a checkout; benchmarks/reference_sc.py loads it), skipped without one.
+
+Usage (GPU): python benchmarks/gpu/targets.py --device cuda --out OUT/targets.md [--sc DIR]
+Smoke (CPU): python benchmarks/gpu/targets.py --device cpu --quick (tiny models, 2 images, 4 words)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from reference_decoder import build as build_reference  # noqa: E402
+from reference_decoder import runners as reference_runners  # noqa: E402
+
+from catcap.config import load_config  # noqa: E402
+from catcap.decoding import GenerationConfig, build_processors, generate  # noqa: E402
+from catcap.models.builders import build_captioner  # noqa: E402
+from catcap.training.experiment import ExperimentConfig  # noqa: E402
+
+PRESETS = HERE.parents[1] / "configs" / "models"
+MODELS = ("transformer", "cat", "lightcat", "m2", "m2_caca")
+BASES = {"cat": "transformer", "lightcat": "transformer", "m2_caca": "m2"}
+PAPER = dict(vocab=10000, images=50, regions=50, features=2048, words=16)
+QUICK = dict(vocab=50, images=2, regions=5, features=24, words=4)
+QUICK_MODEL = dict(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64)
+#: issue 39's targets: (what, measured name, bound); a ratio must be <= bound, a speed-up >= it
+TARGETS = [("Transformer greedy / reference greedy graph", "transformer_greedy_over_reference", 1.3, "<="),
+           ("Transformer beam 5 / reference beam graph", "transformer_beam_over_reference", 1.3, "<="),
+           ("CAT / Transformer greedy", "cat_greedy_ratio", 1.30, "<="), ("CAT / Transformer beam", "cat_beam_ratio", 1.36, "<="),
+           ("LightCAT / Transformer greedy", "lightcat_greedy_ratio", 1.30, "<="),
+           ("LightCAT / Transformer beam", "lightcat_beam_ratio", 1.36, "<="),
+           ("M2+CACA / M2 greedy", "m2_caca_greedy_ratio", 1.30, "<="), ("M2+CACA / M2 beam", "m2_caca_beam_ratio", 1.36, "<="),
+           ("self-critical greedy / catcap Transformer greedy", "sc_greedy_speedup", 5.0, ">="),
+           ("self-critical beam 5 / catcap Transformer beam 5", "sc_beam_speedup", 10.0, ">="),
+           ("SCST step today / with graphs (Transformer)", "scst_speedup", 3.0, ">=")]
+
+
+def catcap_model(name: str, size: dict, quick: bool, device: torch.device):
+    cfg = load_config(ExperimentConfig, PRESETS / f"{name}.yaml").model
+    if quick:
+        cfg = dataclasses.replace(cfg, feature_dim=size["features"], **QUICK_MODEL)
+    torch.manual_seed(0)
+    return build_captioner(cfg, size["vocab"]).to(device).eval()
+
+
+def catcap_jobs(name, model, features, mask, size, modes) -> dict:
+    """{(model, job, mode): callable} for greedy and beam 5."""
+    no_eos = build_processors(model.eos_id, suppress_eos=True)
+    configs = {"greedy": GenerationConfig(num_beams=1, max_length=size["words"]),
+               "beam": GenerationConfig(num_beams=5, max_length=size["words"])}
+    flags = {"today": dict(static=False), "static": dict(static=True, cuda_graphs=False),
+             "graphs": dict(static=True, cuda_graphs=True)}
+    return {(name, job, mode): (lambda c=config, f=flags[mode]: generate(model, features, mask, c, processors=no_eos, **f))
+            for job, config in configs.items() for mode in modes}
+
+
+def scst_step(model, features, mask, size, mode: str, optimizer, rewards: torch.Tensor):
+    """One SCST step (module doc): sample 5 per image, then the update on the 250 captions."""
+    config = GenerationConfig(do_sample=True, num_return_sequences=5, max_length=size["words"])
+    flags = dict(static=False) if mode == "today" else dict(static=True, cuda_graphs=mode == "graphs")
+    model.eval()
+    with torch.no_grad():
+        out = generate(model, features, mask, config, **flags)
+    model.train()
+    captions = torch.cat([torch.full_like(out.tokens[:, :1], model.bos_id), out.tokens], 1)
+    cmask = torch.cat([torch.ones_like(out.mask[:, :1]), out.mask], 1)
+    logits, _ = model(features.repeat_interleave(5, 0), mask.repeat_interleave(5, 0), captions, cmask)
+    token_lp = logits.log_softmax(-1).gather(2, captions[:, 1:, None])[..., 0] * cmask[:, 1:]
+    advantage = rewards - rewards.view(-1, 5).mean(1).repeat_interleave(5)
+    loss = -(advantage * token_lp.sum(1)).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def self_critical(root: Path, features, device, size):
+    """self-critical.pytorch's cached Transformer on the same features: {(sc, job, eager): callable}."""
+    import torch.nn.functional as F
+
+    import reference_sc
+
+    model_cls = reference_sc.load_reference(root)
+    captions = torch.randint(4, size["vocab"], (features.shape[0], size["words"] + 2), device=device)
+    ref = reference_sc.Reference(model_cls, features, captions)
+    ref.model.to(device)
+    proj = ref.model.model.generator.proj
+    penalty = torch.zeros(size["vocab"], device=device)
+    penalty[0] = reference_sc.NO_EOS
+    ref.model.logit = lambda x: F.linear(x, proj.weight, proj.bias + penalty)
+    return {("self-critical", "greedy", "eager"): ref.greedy, ("self-critical", "beam", "eager"): ref.beam}
+
+
+def interleaved(jobs: dict, device: torch.device, repeats: int) -> dict:
+    """Median seconds of every job, each repeat timing all of them from a rotating start."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    names, times = list(jobs), {name: [] for name in jobs}
+    for name in names:  # warm-up (and the CUDA graph captures)
+        jobs[name]()
+    sync()
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            sync()
+            start = time.perf_counter()
+            jobs[name]()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def derived(seconds: dict, best: str) -> dict:
+    """The targets' measured values from the medians (``best``: catcap's mode judged)."""
+    out = {}
+    def get(*key):
+        return seconds.get(key)
+    for job in ("greedy", "beam"):
+        ref, mine = get("reference", job, "graph"), get("transformer", job, best)
+        if ref and mine:
+            out[f"transformer_{job}_over_reference"] = mine / ref
+        for model, base in BASES.items():
+            if get(model, job, best) and get(base, job, best):
+                out[f"{model}_{job}_ratio"] = get(model, job, best) / get(base, job, best)
+        if get("self-critical", job, "eager") and mine:
+            out[f"sc_{job}_speedup"] = get("self-critical", job, "eager") / mine
+    if get("transformer", "scst", "today") and get("transformer", "scst", best):
+        out["scst_speedup"] = get("transformer", "scst", "today") / get("transformer", "scst", best)
+    return out
+
+
+def table(seconds: dict, values: dict, header: str, judged: bool) -> str:
+    """Markdown: every median, then every target (``judged``: a paper-size CUDA run; else the
+    values are printed but no target is called met or not)."""
+    lines = [header, "", "| model | job | mode | ms |", "|---|---|---|---|"]
+    lines += [f"| {m} | {j} | {mode} | {s * 1000:.2f} |" for (m, j, mode), s in seconds.items()]
+    lines += ["", "| target | measured | bound | met |", "|---|---|---|---|"]
+    for what, key, bound, sense in TARGETS:
+        if key not in values:
+            lines.append(f"| {what} | not measured | {sense} {bound} | - |")
+            continue
+        met = values[key] <= bound if sense == "<=" else values[key] >= bound
+        verdict = ("yes" if met else "NO") if judged else "not judged (smoke run: CPU or --quick)"
+        lines.append(f"| {what} | {values[key]:.3f} | {sense} {bound} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    parser.add_argument("--quick", action="store_true", help="tiny models and inputs (a smoke run, e.g. on a CPU)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--sc", type=Path, default=os.environ.get("CATCAP_SC_REFERENCE"),
+                        help="self-critical.pytorch checkout (default $CATCAP_SC_REFERENCE; skipped without)")
+    parser.add_argument("--out", type=Path, help="write the markdown table here")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device, size = torch.device(args.device), QUICK if args.quick else PAPER
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # fp32 products
+    modes = ("today", "static", "graphs") if device.type == "cuda" else ("today", "static")
+    best = "graphs" if device.type == "cuda" else "static"
+    reference, ref_features, ref_mask, _ = build_reference(device, args.quick)
+    features, mask = ref_features, ref_mask  # the same inputs for every decoder
+    jobs = {("reference",) + key: fn for key, fn in reference_runners(reference, features, mask, device).items()}
+    models = {name: catcap_model(name, size, args.quick, device) for name in args.models}
+    for name, model in models.items():
+        jobs.update(catcap_jobs(name, model, features, mask, size, modes))
+    if args.sc and Path(args.sc).is_dir() and not args.quick:
+        jobs.update(self_critical(Path(args.sc), features, device, size))
+    else:
+        print(json.dumps({"self_critical": "skipped", "why": "--quick" if args.quick else "no checkout (--sc DIR)"}))
+    with torch.no_grad():
+        seconds = interleaved(jobs, device, args.repeats)
+    if "transformer" in models:
+        model = models["transformer"]
+        rewards = torch.rand(features.shape[0] * 5, device=device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-9)
+        scst = {("transformer", "scst", mode): (lambda m=mode: scst_step(model, features, mask, size, m, optimizer,
+                                                                          rewards)) for mode in ("today", best)}
+        seconds.update(interleaved(scst, device, args.repeats))
+    values = derived(seconds, best)
+    for key, s in seconds.items():
+        print(json.dumps({"model": key[0], "job": key[1], "mode": key[2], "ms": round(s * 1000, 3)}))
+    print(json.dumps({"derived": {k: round(v, 4) for k, v in values.items()}, "judged_mode": best}))
+    card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    text = table(seconds, values, f"### {card}, torch {torch.__version__}, {'quick' if args.quick else 'paper size'}, "
+                                  f"{args.repeats} repeats, catcap judged in mode `{best}`",
+                 judged=device.type == "cuda" and not args.quick)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
