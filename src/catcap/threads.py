@@ -66,6 +66,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # any of them set: the use
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_STAT = Path("/proc/stat")
 PACE_SECONDS = 0.25  # how often the free CPUs are re-measured
+STALE_SECONDS = 1.0  # a longer gap between samples (the process was not computing) only starts a new count
 SLACK = 0.25  # CPU another process may use (a daemon, a shell) before a thread gives way
 
 
@@ -132,7 +133,10 @@ class CpuShare:
         others  = (busy - own) / wall                  CPUs other processes used
         threads = max(1, cpus - ceil(others - SLACK))
 
-    The first sample only starts the count (``threads`` stays ``cpus``)."""
+    The first sample only starts the count (``threads`` stays ``cpus``), and so does a sample
+    more than ``STALE_SECONDS`` after the previous one: what other processes did while this one
+    was not computing (e.g. waiting for its next request) says little about now, so the count
+    stays as it was until the next sample."""
 
     def __init__(self, cpus: int, *, stat: Path = PROC_STAT, own_cpu: Callable[[], float] = time.process_time,
                  clock: Callable[[], float] = time.monotonic, mask: Optional[set[int]] = None):
@@ -150,7 +154,7 @@ class CpuShare:
         busy, now, own = self._busy(), self.clock(), self.own_cpu()
         if busy is None:
             return self.threads
-        if self.last is not None and now > self.last[1]:
+        if self.last is not None and 0 < now - self.last[1] <= STALE_SECONDS:
             wall = now - self.last[1]
             self.others = max(0.0, (busy - self.last[0]) - (own - self.last[2])) / wall
             self.threads = max(1, min(self.cpus, self.cpus - math.ceil(self.others - SLACK)))

@@ -57,6 +57,8 @@ def test_the_count_is_the_cpus_other_processes_leave_free(tmp_path):
     assert step(1.0, 2.0, {0: 13.0, 1: 13.2}) == 2 and share.others == pytest.approx(0.2)  # a little: within SLACK
     assert step(1.0, 0.0, {0: 14.0, 1: 14.0}) == 1 and share.others == pytest.approx(1.8)  # nearly two: one thread, never 0
     assert step(1.0, 1.0, {0: 15.0, 1: 14.0}) == 2  # they stopped
+    assert step(30.0, 1.0, {0: 45.0, 1: 44.0}) == 2  # after a pause (others busy meanwhile): only a new count
+    assert step(1.0, 1.0, {0: 46.0, 1: 45.0}) == 1 and share.others == 1.0  # then measured again
 
 
 def test_only_the_cpus_of_the_affinity_mask_count(tmp_path):
