@@ -73,7 +73,7 @@ def runner(args) -> None:
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     from catcap.malloc import keep_freed_memory
-    from catcap.threads import configure_threads
+    from catcap.threads import configure_threads, paced_threads
 
     policy = configure_threads()  # CATCAP_THREADS from the parent: "torch" changes nothing
     keep_freed_memory()
@@ -88,10 +88,12 @@ def runner(args) -> None:
         job = line.strip()
         if not job:
             continue
+        changes = (paced_threads() or (0, 0, 0))[2]
         sleeps, wall, cpu = voluntary_switches(), time.perf_counter(), time.process_time()
         jobs[job]()
         result = {"job": job, "seconds": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-                  "sleeps": voluntary_switches() - sleeps, "threads_after": torch.get_num_threads()}
+                  "sleeps": voluntary_switches() - sleeps, "threads_after": torch.get_num_threads(),
+                  "pace_changes": (paced_threads() or (0, 0, 0))[2] - changes}
         protocol.write(json.dumps(result) + "\n")
         protocol.flush()
 
@@ -304,7 +306,7 @@ def measure(runners: list[Runner], args, log) -> dict:
                         cell.append(runner.time(job))
                         log(f"competitors {count} repeat {r + 1}/{repeats} {job:<10} {runner.name:<8} "
                             f"{cell[-1]['seconds']:8.3f} s (cpu {cell[-1]['cpu_s']:.3f} s, {cell[-1]['sleeps']} sleeps, "
-                            f"{cell[-1]['threads_after']} threads after)")
+                            f"{cell[-1]['threads_after']} threads after, {cell[-1]['pace_changes']} count changes)")
         finally:
             stop(competitors)
     return times
