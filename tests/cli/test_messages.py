@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -21,10 +22,17 @@ ONE_LINE = re.compile(r"^catcap (\w+): interrupted: (\d+) of (\d+) (\w+) done(?:
                       r"command(.*)$")
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child: SIGINT's default action, as a command typed in a terminal has it. A test run
+    started in the background by a non-interactive shell (``pytest &``) ignores SIGINT, and its
+    children inherit that, so without this the fault point's Ctrl-C would reach nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def catcap(args, fault=None, **env):
     environment = dict(os.environ, CATCAP_FAULT=fault or "", OMP_NUM_THREADS="1", **env)
     return subprocess.run([sys.executable, "-m", "catcap", *args], env=environment, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, preexec_fn=_ctrl_c_as_in_a_terminal)
 
 
 def last_line(proc) -> str:
