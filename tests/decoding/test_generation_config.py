@@ -74,12 +74,12 @@ def test_a_face_names_the_setting_as_its_user_wrote_it():
 @pytest.mark.parametrize("argv, message", [
     (["--beam", "0"], "--beam: num_beams must be >= 1 (1 = greedy), got 0"),
     (["--beam", "3", "--num-beam-groups", "2", "--diversity-penalty", "0.5"],
-     "--num-beam-groups: num_beam_groups must be a divisor of num_beams=3 (1, 3), got 2"),
+     "--num-beam-groups: num_beam_groups must be a divisor of --beam=3 (1, 3), got 2"),
     (["--beam", "4", "--num-beam-groups", "2", "--diversity-penalty", "nan"],
-     "--diversity-penalty: diversity_penalty must be a finite number > 0 with num_beam_groups > 1, got nan"),
+     "--diversity-penalty: diversity_penalty must be a finite number > 0 with --num-beam-groups > 1, got nan"),
     (["--do-sample", "--temperature", "nan"], "--temperature: temperature must be a finite number > 0, got nan"),
     (["--do-sample", "--top-p", "1.5"], "--top-p: top_p must be in (0, 1] (1 = off), got 1.5"),
-    (["--top-p", "0.9"], "--top-p: top_p must be 1.0 without do_sample=True"),
+    (["--top-p", "0.9"], "--top-p: top_p must be 1.0 without --do-sample (it only shapes the sampling distribution: set --do-sample)"),
     (["--max-len", "0"], "--max-len: max_length must be >= 1 (words per caption), got 0"),
 ])
 @pytest.mark.parametrize("command", [["caption", "--checkpoint", "no-such-model", "photo.jpg"],

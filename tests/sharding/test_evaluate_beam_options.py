@@ -47,7 +47,7 @@ def test_length_penalty_changes_what_the_untrained_model_says(tiny_checkpoint):
 
 @pytest.mark.parametrize("argv, message", [
     (["--length-penalty", "nan"], "--length-penalty: length_penalty must be a finite number"),
-    (["--beam", "1", "--length-penalty", "1"], "--length-penalty: length_penalty must be 0 with num_beams=1"),
+    (["--beam", "1", "--length-penalty", "1"], "--length-penalty: length_penalty must be 0 with --beam=1"),
     (["--max-len", "0"], "--max-len: max_length must be >= 1 (words per caption), got 0"),
 ])
 def test_bad_beam_options_are_refused(tiny_checkpoint, argv, message, capsys):
