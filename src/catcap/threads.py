@@ -56,6 +56,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, MutableMapping, Optional
@@ -246,7 +247,16 @@ def _stop_pacing() -> None:
 
 
 def _register_hook(torch) -> None:
-    torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: pace())
+    is_compiling = torch.compiler.is_compiling
+
+    def hook(module, args) -> None:
+        if not is_compiling():  # inside torch.compile's tracing the hook is a no-op (no graph break)
+            pace()
+
+    torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    # torch.compile(module) warns that global hooks fire once more for its wrapper: pacing twice is harmless
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks",
+                            category=UserWarning)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

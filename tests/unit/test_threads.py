@@ -302,3 +302,20 @@ def test_the_commands_default_workers_follow_the_cpus(monkeypatch):
     assert build_parser().parse_args(["extract", "--images", "x", "--out", "y.h5"]).workers == 2
     monkeypatch.setattr(threads, "available_cpus", lambda: 1)
     assert build_parser().parse_args(["extract", "--images", "x", "--out", "y.h5"]).workers == 1
+
+
+def test_a_compiled_model_traces_through_the_pacing_hook_without_a_break(tmp_path):
+    """torch.compile traces the global hook: inside the trace it does nothing (no graph break on
+    the clock read, no warning), and the compiled module computes what the eager one does."""
+    code = ("import warnings; warnings.simplefilter('always'); import catcap; p = catcap.configure_threads(); "
+            "import torch; torch.manual_seed(0); "
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)); "
+            "x = torch.randn(4, 8); c = torch.compile(m, backend='eager', fullgraph=True); "
+            "print(p.paced, torch.equal(c(x), m(x)))")
+    env = {k: v for k, v in os.environ.items() if k not in ("CATCAP_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["PYTHONPATH"] = SRC
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # fullgraph=True: a graph break is an error
+    paced, equal = proc.stdout.split()
+    assert equal == "True" and "global hooks" not in proc.stderr and "monotonic" not in proc.stderr, proc.stderr
+    assert paced == str(os.path.exists("/proc/stat") and available_cpus() > 1)
