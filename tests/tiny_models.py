@@ -104,3 +104,17 @@ def tiny_captioner(arch: str = "transformer", cross: str = "vanilla", options: d
         enc = TransformerEncoder(FEATURES, WIDTH, 2, 2, 32, 0.1)
         dec = TransformerDecoder(VOCAB, WIDTH, 2, 2, 32, 0.1, make_cross)
     return CaptionModel(enc, dec, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id).eval()
+
+
+def ending_captioner(variant: tuple, eos_id: int = 2):
+    """``tiny_captioner(*variant)`` with ``<eos>`` made likelier, so that an untrained model's
+    captions end at different steps (the official M2's output layer has no bias: its ``<eos>``
+    row is scaled up instead)."""
+    model = tiny_captioner(*variant, bos_id=1, eos_id=eos_id, pad_id=0)
+    output = model.decoder.output
+    with torch.no_grad():
+        if output.bias is not None:
+            output.bias[eos_id] += 0.6
+        else:
+            output.weight[eos_id] *= 4.0
+    return model

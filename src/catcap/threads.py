@@ -185,7 +185,6 @@ class _Pacer:
     def __init__(self, share: CpuShare):
         self.share, self.due, self.version = share, 0.0, 0
         self.lock, self.local = threading.Lock(), threading.local()
-        self.changes = 0
 
     def pace(self) -> None:
         now = self.share.clock()
@@ -193,8 +192,7 @@ class _Pacer:
             try:
                 before = self.share.threads
                 if self.share.sample() != before:
-                    self.version += 1
-                    self.changes += 1
+                    self.version += 1  # = the changes so far
                 self.due = now + PACE_SECONDS
             finally:
                 self.lock.release()
@@ -218,7 +216,7 @@ def pace() -> None:
 def paced_threads() -> Optional[tuple[int, float, int]]:
     """(thread count, CPUs other processes used at the last sample, changes so far), or None
     when the thread count is not paced."""
-    return None if _PACER is None else (_PACER.share.threads, _PACER.share.others, _PACER.changes)
+    return None if _PACER is None else (_PACER.share.threads, _PACER.share.others, _PACER.version)
 
 
 def start_pacing(share: CpuShare) -> bool:

@@ -8,7 +8,7 @@ import torch
 from catcap.decoding import GenerationConfig, generate
 from catcap.decoding.generate import decode, strategy
 from catcap.decoding.processors import build_processors
-from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS, contract_batch, tiny_captioner
+from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS, contract_batch, ending_captioner
 
 EOS = 2
 CONFIGS = {
@@ -20,23 +20,10 @@ CONFIGS = {
 FIELDS = ("tokens", "log_probs", "lengths", "token_log_probs", "mask", "scores")
 
 
-def model_of(variant):
-    """The tiny variant with ``<eos>`` made likelier, so that captions end at different steps
-    (the official M2's output layer has no bias: its ``<eos>`` row is scaled up instead)."""
-    model = tiny_captioner(*variant, bos_id=1, eos_id=EOS, pad_id=0)
-    output = model.decoder.output
-    with torch.no_grad():
-        if output.bias is not None:
-            output.bias[EOS] += 0.6
-        else:
-            output.weight[EOS] *= 4.0
-    return model
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("variant", CONTRACT_VARIANTS, ids=CONTRACT_IDS)
 def test_static_decoding_gives_the_default_captions_bit_for_bit(variant, name):
-    model, (features, fmask, _, _) = model_of(variant), contract_batch()
+    model, (features, fmask, _, _) = ending_captioner(variant), contract_batch()
     rules = build_processors(EOS, suppress_ids=[0, 1], no_repeat_ngram=2)
     with torch.no_grad():
         default = generate(model, features, fmask, CONFIGS[name], processors=rules)
@@ -48,7 +35,7 @@ def test_static_decoding_gives_the_default_captions_bit_for_bit(variant, name):
 def test_the_batch_has_captions_that_end_before_others():
     """What the comparison above relies on: in a batch, some captions end steps before the
     longest, so the static loop runs steps past a finished row (Transformer + CACA, greedy)."""
-    model, (features, fmask, _, _) = model_of(("transformer", "caca", {})), contract_batch()
+    model, (features, fmask, _, _) = ending_captioner(("transformer", "caca", {})), contract_batch()
     with torch.no_grad():
         out = generate(model, features, fmask, GenerationConfig(num_beams=1, max_length=7), static=True)
     assert int(out.lengths.min()) < int(out.lengths.max())
@@ -74,7 +61,7 @@ class HostReads:
 def test_the_static_loop_reads_nothing_back(arch, cross, options, name, monkeypatch):
     """The whole static loop, encoder included, under a guard that fails on any host read;
     the default loop under the same guard fails (so the guard can fail)."""
-    model, (features, fmask, _, _) = model_of((arch, cross, options)), contract_batch()
+    model, (features, fmask, _, _) = ending_captioner((arch, cross, options)), contract_batch()
     config, rules = CONFIGS[name], build_processors(EOS, suppress_ids=[0, 1], no_repeat_ngram=2, min_len=2)
     searches = [strategy(model, config, rules, 3, fmask, None, static) for static in (True, False)]
     with torch.no_grad():
@@ -99,7 +86,7 @@ class ForbidAllAt:
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_a_rule_violation_is_raised_after_the_static_loop_as_at_its_step(name):
-    model, (features, fmask, _, _) = model_of(("transformer", "caca", {})), contract_batch()
+    model, (features, fmask, _, _) = ending_captioner(("transformer", "caca", {})), contract_batch()
     rule = ForbidAllAt(3)
     with torch.no_grad():
         with pytest.raises(ValueError) as default:
@@ -112,7 +99,7 @@ def test_a_rule_violation_is_raised_after_the_static_loop_as_at_its_step(name):
 def test_reserved_memories_are_allocated_once():
     """A static greedy decode of the Transformer + CACA writes every step into buffers made at
     the first step: their storage does not change from step 1 to the last."""
-    model, (features, fmask, _, _) = model_of(("transformer", "caca", {})), contract_batch()
+    model, (features, fmask, _, _) = ending_captioner(("transformer", "caca", {})), contract_batch()
     with torch.no_grad():
         state = model.init_state(*model.encode(features, fmask)).reserved(8)
         tokens = torch.full((3,), 1)

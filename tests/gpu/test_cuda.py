@@ -29,14 +29,6 @@ CUDA = torch.device("cuda")
 EOS = 2
 
 
-@pytest.fixture(autouse=True)
-def fp32_products():
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def batch(device=CUDA):
     """3 images x 5 regions (2 and 3 padded, with garbage in the padding), 3 captions padded."""
     g = torch.Generator().manual_seed(1)

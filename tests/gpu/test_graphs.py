@@ -11,7 +11,7 @@ import torch
 from catcap.decoding import GenerationConfig, generate
 from catcap.decoding.graphs import GRAPHS
 from catcap.decoding.processors import build_processors
-from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS, contract_batch, tiny_captioner
+from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS, contract_batch, ending_captioner
 
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device: these tests check CUDA graphs (run them where torch.cuda.is_available())",
@@ -26,23 +26,8 @@ CONFIGS = {
 FIELDS = ("tokens", "log_probs", "lengths", "mask", "scores")
 
 
-@pytest.fixture(autouse=True)
-def fp32_products():
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def cuda_model(variant):
-    model = tiny_captioner(*variant, bos_id=1, eos_id=EOS, pad_id=0)
-    output = model.decoder.output
-    with torch.no_grad():
-        if output.bias is not None:
-            output.bias[EOS] += 0.6
-        else:
-            output.weight[EOS] *= 4.0
-    return model.to(CUDA)
+    return ending_captioner(variant, EOS).to(CUDA)
 
 
 def batches():
