@@ -12,9 +12,11 @@ configs/models/{transformer, cat, lightcat, m2, m2_caca}.yaml. Modes (``generate
     graphs   static=True, cuda_graphs=True    static decoding replayed as one CUDA graph (CUDA only)
 
 SCST step (5 samples x 50 images, ``<eos>`` allowed, max 16 words, mean-of-samples baseline):
-sampling under no_grad (mode today or graphs), then a teacher-forced pass over the 250 captions
-with gradients, the policy-gradient loss with fixed random rewards, backward and an Adam step.
-The reward (CIDEr-D of 250 captions, on the CPU) is left out: it does not depend on the mode.
+the trainer's own functions (training/scst.py): sampling in eval mode under no_grad (mode today
+or graphs), then one teacher-forced pass over the 250 captions with gradients (encoder once per
+image), the policy-gradient loss with fixed random rewards, backward and a fused Adam step; the
+two phases are also timed alone ("scst sample", "scst update"). The reward (CIDEr-D of 250
+captions, on the CPU) is left out: it does not depend on the mode.
 
 Timings are interleaved (each repeat times every job once, starting at a different one) and
 CUDA-synchronised; medians of --repeats. The table goes to stdout and, with --out, to a markdown
@@ -46,8 +48,11 @@ from reference_decoder import runners as reference_runners  # noqa: E402
 
 from catcap.config import load_config  # noqa: E402
 from catcap.decoding import GenerationConfig, build_processors, generate  # noqa: E402
+from catcap.decoding.graphs import GRAPHS  # noqa: E402
 from catcap.models.builders import build_captioner  # noqa: E402
 from catcap.training.experiment import ExperimentConfig  # noqa: E402
+from catcap.training.scst import policy_loss, sequence_log_probs  # noqa: E402
+from catcap.training.setup import make_optimizer  # noqa: E402
 
 PRESETS = HERE.parents[1] / "configs" / "models"
 MODELS = ("transformer", "cat", "lightcat", "m2", "m2_caca")
@@ -86,23 +91,43 @@ def catcap_jobs(name, model, features, mask, size, modes) -> dict:
             for job, config in configs.items() for mode in modes}
 
 
-def scst_step(model, features, mask, size, mode: str, optimizer, rewards: torch.Tensor):
-    """One SCST step (module doc): sample 5 per image, then the update on the 250 captions."""
+def scst_sample(model, features, mask, size, mode: str):
+    """SCST's sampling as the trainer draws it (training/scst.py draw_captions): 5 per image,
+    eval mode, no grad; ``mode`` today = eager, graphs = static loop replayed as a CUDA graph."""
     config = GenerationConfig(do_sample=True, num_return_sequences=5, max_length=size["words"])
     flags = dict(static=False) if mode == "today" else dict(static=True, cuda_graphs=mode == "graphs")
     model.eval()
     with torch.no_grad():
         out = generate(model, features, mask, config, **flags)
     model.train()
-    captions = torch.cat([torch.full_like(out.tokens[:, :1], model.bos_id), out.tokens], 1)
-    cmask = torch.cat([torch.ones_like(out.mask[:, :1]), out.mask], 1)
-    logits, _ = model(features.repeat_interleave(5, 0), mask.repeat_interleave(5, 0), captions, cmask)
-    token_lp = logits.log_softmax(-1).gather(2, captions[:, 1:, None])[..., 0] * cmask[:, 1:]
+    return out
+
+
+def scst_update(model, features, mask, out, optimizer, rewards: torch.Tensor):
+    """SCST's update as the trainer makes it: one teacher-forced pass over the 250 captions
+    (encoder once per image), the mean-of-samples baseline, the policy loss, fused Adam."""
+    token_lp, _, _, _ = sequence_log_probs(model, features, mask, out.tokens, out.mask, 5)
     advantage = rewards - rewards.view(-1, 5).mean(1).repeat_interleave(5)
-    loss = -(advantage * token_lp.sum(1)).mean()
+    loss = policy_loss(token_lp, advantage)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+
+
+def scst_jobs(model, features, mask, size, best: str, device) -> dict:
+    """{(transformer, scst | scst sample | scst update, mode): callable}: the whole step (module
+    doc) and its two phases. Rewards are random numbers on the device: CIDEr-D is computed on
+    the CPU from the captions and is not part of the GPU's work timed here."""
+    rewards = torch.rand(features.shape[0] * 5, device=device)
+    optimizer = make_optimizer(model.parameters(), device, lr=1e-9)
+    drawn = scst_sample(model, features, mask, size, "today")
+    jobs = {}
+    for mode in ("today", best):
+        jobs[("transformer", "scst", mode)] = lambda m=mode: scst_update(
+            model, features, mask, scst_sample(model, features, mask, size, m), optimizer, rewards)
+        jobs[("transformer", "scst sample", mode)] = lambda m=mode: scst_sample(model, features, mask, size, m)
+    jobs[("transformer", "scst update", "eager")] = lambda: scst_update(model, features, mask, drawn, optimizer, rewards)
+    return jobs
 
 
 def self_critical(root: Path, features, device, size):
@@ -195,6 +220,7 @@ def main() -> None:
     features, mask = ref_features, ref_mask  # the same inputs for every decoder
     jobs = {("reference",) + key: fn for key, fn in reference_runners(reference, features, mask, device).items()}
     models = {name: catcap_model(name, size, args.quick, device) for name in args.models}
+    GRAPHS.max_graphs = 2 * len(models) + 1  # every graphed job (greedy, beam, the SCST sampling) stays captured
     for name, model in models.items():
         jobs.update(catcap_jobs(name, model, features, mask, size, modes))
     if args.sc and Path(args.sc).is_dir() and not args.quick:
@@ -204,19 +230,17 @@ def main() -> None:
     with torch.no_grad():
         seconds = interleaved(jobs, device, args.repeats)
     if "transformer" in models:
-        model = models["transformer"]
-        rewards = torch.rand(features.shape[0] * 5, device=device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-9)
-        scst = {("transformer", "scst", mode): (lambda m=mode: scst_step(model, features, mask, size, m, optimizer,
-                                                                          rewards)) for mode in ("today", best)}
-        seconds.update(interleaved(scst, device, args.repeats))
+        seconds.update(interleaved(scst_jobs(models["transformer"], features, mask, size, best, device), device,
+                                   args.repeats))
     values = derived(seconds, best)
+    print(json.dumps({"graph_captures": GRAPHS.captures, "recaptures": GRAPHS.recaptures}))
     for key, s in seconds.items():
         print(json.dumps({"model": key[0], "job": key[1], "mode": key[2], "ms": round(s * 1000, 3)}))
     print(json.dumps({"derived": {k: round(v, 4) for k, v in values.items()}, "judged_mode": best}))
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     text = table(seconds, values, f"### {card}, torch {torch.__version__}, {'quick' if args.quick else 'paper size'}, "
-                                  f"{args.repeats} repeats, catcap judged in mode `{best}`",
+                                  f"{args.repeats} repeats, catcap judged in mode `{best}` "
+                                  f"({GRAPHS.captures} graph captures, {GRAPHS.recaptures} of them again)",
                  judged=device.type == "cuda" and not args.quick)
     print(text)
     if args.out:

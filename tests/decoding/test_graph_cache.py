@@ -78,8 +78,25 @@ def test_the_cache_is_bounded_and_drops_the_least_recently_used(model):
     ask(cache, model, images=3)  # 3 used after 2: 2 is now the least recently used
     ask(cache, model, images=1)
     assert [key[2][0] for key in cache.graphs] == [3, 1]
-    ask(cache, model, images=2)  # dropped, so captured again
-    assert cache.captures == 4 and len(cache.graphs) == 2
+    with pytest.warns(RuntimeWarning, match="captured anew.*raise catcap.decoding.graphs.GRAPHS.max_graphs"):
+        ask(cache, model, images=2)  # dropped, so captured again: the cache is too small, and it says so
+    assert cache.captures == 4 and cache.recaptures == 1 and len(cache.graphs) == 2
+
+
+def test_keys_in_rotation_beyond_the_bound_are_recaptured_every_call(model):
+    cache = GraphCache(max_graphs=2, capture=Stand_in())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            for images in (1, 2, 3):
+                ask(cache, model, images=images)
+    assert cache.captures == 9 and cache.recaptures == 6
+    assert sum("captured anew" in str(w.message) for w in seen) == 1  # said once
+    big = GraphCache(max_graphs=3, capture=Stand_in())
+    for _ in range(3):
+        for images in (1, 2, 3):
+            ask(big, model, images=images)
+    assert big.captures == 3 and big.recaptures == 0
 
 
 def test_new_parameter_tensors_need_a_new_capture_but_in_place_updates_do_not(model):

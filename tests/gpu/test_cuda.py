@@ -16,7 +16,7 @@ from catcap.decoding import beam_search, build_processors, greedy
 from catcap.decoding.reference import reference_beam_search
 from catcap.training.checkpoint import load_checkpoint
 from catcap.training.precision import Precision
-from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS, tiny_captioner
+from tiny_models import CONTRACT_IDS, CONTRACT_VARIANTS, ending_captioner
 from tiny_models import FEATURES as F
 from tiny_models import VOCAB as V
 from tiny_runs import tiny_run_overrides
@@ -39,11 +39,8 @@ def batch(device=CUDA):
     return features.to(device), fmask.to(device), captions.to(device), (captions != 0).to(device)
 
 
-def cuda_model(variant, eos_bias=0.6):
-    model = tiny_captioner(*variant, bos_id=1, eos_id=EOS, pad_id=0)
-    with torch.no_grad():
-        model.decoder.output.bias[EOS] += eos_bias  # captions of varied lengths from an untrained model
-    return model.to(CUDA)
+def cuda_model(variant):
+    return ending_captioner(variant, eos_id=EOS).to(CUDA)  # captions of varied lengths from an untrained model
 
 
 @pytest.mark.parametrize("variant", CONTRACT_VARIANTS, ids=CONTRACT_IDS)
@@ -101,34 +98,53 @@ def test_cached_beam_search_on_cuda_equals_the_reference(variant):
 MIXED = [v for v in CONTRACT_VARIANTS if v[1] in ("vanilla", "caca") and not v[2]]
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("variant", MIXED, ids=["-".join(v[:2]) for v in MIXED])
+#: seen on an H200 (torch 2.11, 2026-11-27): the tiny official M2's gradients were not finite in
+#: fp16 at every scale from 65536 down to 256 (8 steps, all skipped; bf16 and the loss in eval mode
+#: are fine). Not reproduced with CPU autocast; strict, so that a fix shows up as XPASS.
+M2_FP16 = pytest.mark.xfail(strict=True, reason="official M2 in fp16 on CUDA: non-finite gradients at every loss "
+                                                "scale (catcap stops such training: training/precision.py)")
+MIXED_CASES = [pytest.param(v, p, marks=[M2_FP16] if v[0] == "m2_official" and p == "fp16" else [],
+                            id=f"{'-'.join(v[:2])}-{p}") for v in MIXED for p in ("bf16", "fp16")]
+
+
+@pytest.mark.parametrize("variant, precision", MIXED_CASES)
 def test_a_mixed_precision_training_step_tracks_fp32(precision, variant):
-    """Under autocast (as ``catcap train --precision``) the loss is within 2% of fp32's, and the
-    step (fp16: through the gradient scaler) leaves finite weights that moved."""
-    model = cuda_model(variant).train()
+    """Under autocast (as ``catcap train --precision``) the loss is within 2% of fp32's, and
+    training steps leave finite weights that moved. The losses are compared with dropout off:
+    on an H200 the official M2's train-mode losses differed by 25% between fp32 and bf16/fp16,
+    its dropout drawing other masks for half-precision tensors from the same seed. fp16 steps go
+    through the gradient scaler, which skips a step whose gradients overflowed and halves its
+    scale (the official M2's first steps overflow at the initial scale 65536): a few steps are
+    taken until one is applied, and the scale must have come down for each skipped one."""
+    model = cuda_model(variant).eval()
     features, fmask, captions, cmask = batch()
     targets = captions[:, 1:][cmask[:, 1:]]
 
     def loss_of(logits):
         return torch.nn.functional.cross_entropy(logits[cmask[:, 1:]].float(), targets)
 
-    torch.manual_seed(0)
-    reference = loss_of(model(features, fmask, captions, cmask)[0]).item()
     amp = Precision(precision, CUDA)
+    with torch.no_grad():
+        reference = loss_of(model(features, fmask, captions, cmask)[0]).item()
+        with amp.autocast():
+            logits = model(features, fmask, captions, cmask)[0]
+    assert logits.dtype == {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    assert abs(loss_of(logits).item() - reference) <= 0.02 * reference
+    model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     before = [p.detach().clone() for p in model.parameters()]
-    torch.manual_seed(0)
-    with amp.autocast():
-        logits = model(features, fmask, captions, cmask)[0]
-    assert logits.dtype == {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    loss = loss_of(logits)
-    assert abs(loss.item() - reference) <= 0.02 * reference
-    amp.backward(loss)
-    amp.step(optimizer, list(model.parameters()), grad_clip=1.0)
+    for steps in range(1, 9):
+        scale = amp.scaler.get_scale() if amp.scaler.is_enabled() else None
+        with amp.autocast():
+            loss = loss_of(model(features, fmask, captions, cmask)[0])
+        amp.backward(loss)
+        amp.step(optimizer, list(model.parameters()), grad_clip=1.0)
+        if any(not torch.equal(a, b) for a, b in zip(before, model.parameters())):
+            break
+        assert precision == "fp16" and amp.scaler.get_scale() < scale, "a step was skipped without an overflow"
     after = list(model.parameters())
     assert all(torch.isfinite(p).all() for p in after)
-    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+    assert any(not torch.equal(a, b) for a, b in zip(before, after)), f"no step applied in {steps} steps"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,9 @@ addresses of its parameters: weights updated in place, e.g. by an optimizer, are
 replay; new parameter tensors need a new capture), the inputs' shapes, dtypes and device, the
 config, the rules (catcap's by value, others by identity), the grad and autocast modes. The
 cache holds at most :attr:`GraphCache.max_graphs` graphs, least recently used first out (each
-holds its private memory pool).
+holds its private memory pool). A key dropped and then needed again is captured anew (a capture
+costs about three eager decodes) and warned about once: more keys are in rotation than the cache
+holds, so raise ``GRAPHS.max_graphs``.
 
 Decoding runs eagerly (static, same tokens) where a graph cannot serve, and :meth:`GraphCache.why_eager`
 says why: attention maps or history weights asked for (the per-step record is Python lists);
@@ -120,18 +122,40 @@ def capture_cuda(features: Tensor, feature_mask: Tensor, make_search, run) -> Ca
 class GraphCache:
     """Captured decodes by key (module doc), at most ``max_graphs``, least recently used out.
     ``capture(features, feature_mask, make_search, run)`` records one (:func:`capture_cuda`);
-    ``captures`` counts them, ``refused`` maps a key whose capture failed to its error. An
-    entry keeps the key's rules alive (a rule keyed by identity must not be freed and its id reused)."""
+    ``captures`` counts them, ``recaptures`` the captures of keys dropped earlier, ``refused``
+    maps a key whose capture failed to its error. An entry keeps the key's rules alive (a rule
+    keyed by identity must not be freed and its id reused)."""
 
     def __init__(self, max_graphs: int = 8, capture=capture_cuda):
         self.max_graphs, self.capture, self.enabled = max_graphs, capture, True
         self.graphs: OrderedDict = OrderedDict()
+        self.dropped: OrderedDict = OrderedDict()  # hashes of the keys dropped lately (bounded)
         self.refused: dict = {}
-        self.captures = 0
+        self.captures = self.recaptures = 0
 
     def clear(self) -> None:
         self.graphs.clear()
+        self.dropped.clear()
         self.refused.clear()
+
+    def _note_capture(self, key) -> None:
+        """Count a capture; a key dropped earlier means the cache is too small (module doc)."""
+        self.captures += 1
+        if self.dropped.pop(hash(key), None) is None:
+            return
+        self.recaptures += 1
+        if self.recaptures == 1:
+            warnings.warn(f"a CUDA graph dropped from the cache was needed again and captured anew: more than "
+                          f"max_graphs={self.max_graphs} (model, batch shape, config) combinations are in use, and "
+                          f"each capture costs about three eager decodes; raise "
+                          f"catcap.decoding.graphs.GRAPHS.max_graphs", RuntimeWarning, stacklevel=4)
+
+    def _drop_oldest(self) -> None:
+        while len(self.graphs) > self.max_graphs:
+            key, _ = self.graphs.popitem(last=False)
+            self.dropped[hash(key)] = True
+        while len(self.dropped) > 4 * self.max_graphs:
+            self.dropped.popitem(last=False)
 
     def why_eager(self, model, features, config, generator) -> str | None:
         """Why this call cannot be served by a graph (module doc), or None."""
@@ -174,10 +198,9 @@ class GraphCache:
                 warnings.warn(f"CUDA graph capture of static decoding failed, decoding eagerly instead "
                               f"({self.refused[key]})", RuntimeWarning, stacklevel=3)
                 return None
-            self.captures += 1
+            self._note_capture(key)
             self.graphs[key] = entry
-            while len(self.graphs) > self.max_graphs:
-                self.graphs.popitem(last=False)
+            self._drop_oldest()
         self.graphs.move_to_end(key)
         return entry[0](features, feature_mask)
 

@@ -297,9 +297,8 @@ class VLPDecoder(nn.Module):
             h, own = layer.keys_values(x)
             keys = own if cache is None else cache.cat(own)  # [words < p; w_p; [MASK]]
             m = keys.length
-            seen = torch.ones(q, m, dtype=torch.bool, device=device)
-            if q == 2:
-                seen[0, m - 1] = False  # w_p does not see the [MASK] after it
+            # w_p (when q == 2) sees all but the [MASK] after it; the [MASK] sees all (no host copy)
+            seen = torch.ones(q, m, dtype=torch.bool, device=device).tril(m - q)
             x = layer.attend_split(x, h, kv, image.mask, keys, seen[None], state.group)
             # words <= p stay (a view: the next step's append copies them once); the [MASK] goes
             caches.append(None if p == 0 else KeyValue(keys.k[:, :, :m - 1], keys.v[:, :, :m - 1]))

@@ -7,7 +7,10 @@
 - ``fp16``: autocast with float16 plus a gradient scaler (``torch.amp.GradScaler``): the loss
   is multiplied before ``backward`` so small gradients do not flush to zero, gradients are
   unscaled before clipping, and a step whose gradients overflowed is skipped (the scale then
-  shrinks). The scaler's state is saved in checkpoints. Meant for GPUs.
+  halves). The scaler's state is saved in checkpoints. Meant for GPUs. When
+  :data:`MAX_SKIPPED_IN_A_ROW` steps in a row are skipped the gradients are not finite at any
+  scale (fp16's range, at most 65504, is too small for the model's activations), and training
+  stops with an error that says to use bf16 or fp32, rather than going on without learning.
 
 Decoding (validation, ``catcap evaluate``) uses the same autocast; ``docs/distributed.md`` says
 how far its captions agree with fp32.
@@ -22,6 +25,8 @@ import torch
 from catcap.config import ConfigError
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: fp16 steps skipped in a row (the scale down by 2^24, from 65536 to 2^-8) before training stops
+MAX_SKIPPED_IN_A_ROW = 24
 
 
 class Precision:
@@ -34,6 +39,7 @@ class Precision:
             raise ConfigError("this GPU has no bfloat16 support: use --precision fp16 (with loss scaling) or fp32")
         self.name, self.device, self.dtype = name, device, DTYPES[name]
         self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+        self.skipped_in_a_row = 0
 
     def autocast(self):
         """The context a forward pass runs in."""
@@ -54,8 +60,21 @@ class Precision:
             torch.nn.utils.clip_grad_value_(params, grad_clip)
         elif grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
         self.scaler.step(optimizer)
         self.scaler.update()
+        if scale is not None:
+            self._count_skipped(scale)
+
+    def _count_skipped(self, scale_before: float) -> None:
+        """A step is skipped exactly when the scaler lowers its scale; too many in a row stop training."""
+        self.skipped_in_a_row = self.skipped_in_a_row + 1 if self.scaler.get_scale() < scale_before else 0
+        if self.skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
+            raise ConfigError(
+                f"fp16: the last {self.skipped_in_a_row} training steps were all skipped: the gradients were not "
+                f"finite even with the loss scale cut to {self.scaler.get_scale():g}, so fp16's range (at most 65504) "
+                f"is too small for this model's activations or gradients. Train with --precision bf16 (fp32's range, "
+                f"on Ampere or newer GPUs) or --precision fp32.")
 
     def state_dict(self) -> dict:
         return self.scaler.state_dict() if self.scaler.is_enabled() else {}
