@@ -258,8 +258,9 @@ class Runner:
                 self.proc.wait()
 
 
-def start_competitors(count: int) -> list[subprocess.Popen]:
-    procs = [subprocess.Popen([sys.executable, "-S", "-c", BUSY_LOOP]) for _ in range(count)]
+def start_competitors(count: int, nice: int = 0) -> list[subprocess.Popen]:
+    procs = [subprocess.Popen([sys.executable, "-S", "-c", BUSY_LOOP], preexec_fn=(lambda: os.nice(nice)) if nice else None)
+             for _ in range(count)]
     time.sleep(1.0 if count else 0)  # let them start spinning
     return procs
 
@@ -294,7 +295,7 @@ def measure(runners: list[Runner], args, log) -> dict:
     times: dict = {}
     for count in args.competitors:
         repeats = args.repeats if count == 0 else args.contended_repeats
-        competitors = start_competitors(count)
+        competitors = start_competitors(count, args.competitor_nice)
         try:
             for r in range(repeats):
                 for job in args.jobs:
@@ -343,7 +344,15 @@ def describe_machine() -> str:
     quota = cgroup_cpu_limit()
     return (f"{platform.machine()} {cpu}, {os.cpu_count()} CPUs ({available_cpus()} available to this process; "
             f"cgroup CPU quota: {'none' if quota is None else f'{quota:g} CPUs'}), Linux {platform.release()}, "
-            f"Python {platform.python_version()}")
+            f"Python {platform.python_version()}, sched_autogroup_enabled "
+            f"{_read_or(Path('/proc/sys/kernel/sched_autogroup_enabled'), 'absent')}")
+
+
+def _read_or(path: Path, default: str) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return default
 
 
 def cpu_users(exclude: set[int]) -> list[str]:
@@ -430,6 +439,8 @@ def main() -> None:
     parser.add_argument("--competitors", type=int, nargs="+",
                         help="numbers of busy-loop processes beside the jobs (default 0 1 2, with --quick 0 1; "
                              "0 must come first)")
+    parser.add_argument("--competitor-nice", type=int, default=0, metavar="N",
+                        help="run the busy-loop processes at nice N (default 0: the jobs' own priority)")
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     parser.add_argument("--variant", action="append", type=parse_variant, default=[], metavar="NAME:VAR=VALUE,...",
                         help="one more policy: PyTorch's defaults plus these environment variables")

@@ -21,6 +21,12 @@ thread count instead.
   mask) minus its own CPU time: what *other* processes used. It then runs ``cpus - ceil(others -
   0.25)`` intra-op threads, at least 1: two on a quiet 2-CPU machine, one beside one busy process
   (one thread never waits at a barrier for a descheduled partner), two again when it stops.
+  Below the full count it probes: every 2-16 s it runs all threads for one sample and keeps
+  them if the neighbours' use drops (they yield: a lower priority that ``/proc/stat`` does not
+  show), so a low-priority job that filled an idle core does not hold it.
+  Processes at a lower priority (``nice`` > 0) leave their CPUs free where the kernel ranks
+  processes by nice machine-wide (:func:`niced_time_is_free`: not where automatic session groups
+  make ``nice`` rank only within one terminal's session).
   OpenMP's thread count is a setting of each thread that starts parallel regions, so the
   count is applied by the thread that computes: a global forward pre-hook of ``torch.nn``
   (registered when torch loads) calls :func:`pace` before every module runs, in whatever thread
@@ -66,9 +72,11 @@ CHOICES = ("catcap", "torch")
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # any of them set: the user's thread count stays
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_STAT = Path("/proc/stat")
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 PACE_SECONDS = 0.25  # how often the free CPUs are re-measured
 STALE_SECONDS = 1.0  # a longer gap between samples (the process was not computing) only starts a new count
 SLACK = 0.25  # CPU another process may use (a daemon, a shell) before a thread gives way
+PROBE_SECONDS = (2.0, 16.0)  # below the full count, try it again after 2 s, doubling to 16 s while it fails
 
 
 @dataclass(frozen=True)
@@ -137,15 +145,32 @@ class CpuShare:
     The first sample only starts the count (``threads`` stays ``cpus``), and so does a sample
     more than ``STALE_SECONDS`` after the previous one: what other processes did while this one
     was not computing (e.g. waiting for its next request) says little about now, so the count
-    stays as it was until the next sample."""
+    stays as it was until the next sample.
+
+    ``niced_free`` (default :func:`niced_time_is_free`): the CPU time of processes at a lower
+    priority (``nice`` > 0, the ``nice`` column) is left out of ``busy``: the scheduler gives
+    their cores to this process when it wants them, so they are free for its threads.
+
+    **Probes.** A neighbour of lower priority that ``/proc/stat`` does not mark as such (a job
+    whose session group is niced, a cgroup of small weight) fills the cores this process leaves
+    idle, and then looks busy: measured alone, the count would stay low while that neighbour
+    would yield at once. So below the full count the share tries it again: after
+    ``PROBE_SECONDS[0]`` it runs ``cpus`` threads for one sample, and keeps them if the others'
+    use then leaves room (a yielding neighbour's drops to nearly nothing); else it goes back and
+    waits twice as long before the next try, up to ``PROBE_SECONDS[1]`` (beside an equal
+    neighbour one try of 0.25 s in 16 s). ``probes`` counts the tries."""
 
     def __init__(self, cpus: int, *, stat: Path = PROC_STAT, own_cpu: Callable[[], float] = time.process_time,
-                 clock: Callable[[], float] = time.monotonic, mask: Optional[set[int]] = None):
+                 clock: Callable[[], float] = time.monotonic, mask: Optional[set[int]] = None,
+                 niced_free: Optional[bool] = None):
         self.cpus, self.stat, self.own_cpu, self.clock = cpus, Path(stat), own_cpu, clock
         self.mask = _affinity_mask() if mask is None else mask
+        self.niced_free = niced_time_is_free() if niced_free is None else niced_free
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.threads, self.others = cpus, 0.0
         self.last: Optional[tuple[float, float, float]] = None
+        self.probing, self.probes, self.wait = False, 0, PROBE_SECONDS[0]
+        self.next_probe = 0.0
 
     def readable(self) -> bool:
         return self._busy() is not None
@@ -156,11 +181,25 @@ class CpuShare:
         if busy is None:
             return self.threads
         if self.last is not None and 0 < now - self.last[1] <= STALE_SECONDS:
-            wall = now - self.last[1]
+            wall, before = now - self.last[1], self.threads
             self.others = max(0.0, (busy - self.last[0]) - (own - self.last[2])) / wall
             self.threads = max(1, min(self.cpus, self.cpus - math.ceil(self.others - SLACK)))
+            self._probe(now, before)
         self.last = (busy, now, own)
         return self.threads
+
+    def _probe(self, now: float, before: int) -> None:
+        """After :meth:`sample` measured (``before``: the count until then): judge a probe that
+        just ended, or start one when the count has been below the full one long enough (class doc)."""
+        if self.threads == self.cpus:  # room for all (a probe that succeeded, or the neighbours left)
+            self.probing, self.wait = False, PROBE_SECONDS[0]
+        elif self.probing:  # the neighbours kept their CPUs while we asked for them: wait longer
+            self.probing, self.wait = False, min(2 * self.wait, PROBE_SECONDS[1])
+            self.next_probe = now + self.wait
+        elif before == self.cpus:  # the count just went down
+            self.next_probe = now + self.wait
+        elif now >= self.next_probe:
+            self.probing, self.threads, self.probes = True, self.cpus, self.probes + 1
 
     def _busy(self) -> Optional[float]:
         """Busy seconds of the CPUs in the mask since boot; None when ``stat`` cannot be read."""
@@ -174,8 +213,27 @@ class CpuShare:
             if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in self.mask:
                 continue
             f = [int(x) for x in rest.split()]
-            ticks += f[0] + f[1] + f[2] + sum(f[5:8])  # user nice system (idle iowait) irq softirq steal
+            nice = 0 if self.niced_free else f[1]
+            ticks += f[0] + nice + f[2] + sum(f[5:8])  # user nice system (idle iowait) irq softirq steal
         return ticks / self.tick
+
+
+def niced_time_is_free(*, own_nice: Optional[int] = None, autogroup: Path = AUTOGROUP) -> bool:
+    """Whether the CPU time of processes at nice > 0 is free for this process's threads: when
+    this process is not niced itself (else its own time is in that column, beside processes of
+    its rank) and the kernel ranks processes by nice across the machine, i.e. its automatic
+    session groups are off (``/proc/sys/kernel/sched_autogroup_enabled`` 0 or absent). With them
+    on (the default of many desktop kernels) nice only ranks processes within one session (one
+    terminal), a ``nice -n 19`` job started from another terminal competes as an equal, and its
+    time counts as taken: a paced process then runs one thread fewer, which costs at most the
+    fair share, where running threads the neighbour holds costs far more (module doc)."""
+    own = os.getpriority(os.PRIO_PROCESS, 0) if own_nice is None else own_nice
+    if own > 0:
+        return False
+    try:
+        return autogroup.read_text().strip() == "0"
+    except OSError:
+        return True  # a kernel without session groups: nice ranks every process
 
 
 class _Pacer:

@@ -11,22 +11,26 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from catcap import threads
 from catcap.cli.main import main
 from catcap.threads import (CpuShare, available_cpus, cgroup_cpu_limit, configure_threads, default_workers,
-                            policy_env)
+                            niced_time_is_free, policy_env)
 
 SRC = str(Path(threads.__file__).resolve().parents[1])
 TINY = Path(threads.__file__).resolve().parents[2] / "configs" / "models" / "tiny.yaml"
 
 
-def _stat(path: Path, busy_seconds: dict[int, float], tick: int = 100) -> None:
-    """A /proc/stat whose cpuN lines say CPU N was busy ``busy_seconds[N]`` (as user time)."""
+def _stat(path: Path, busy_seconds: dict[int, float], tick: int = 100, niced: Optional[dict[int, float]] = None) -> None:
+    """A /proc/stat whose cpuN lines say CPU N was busy ``busy_seconds[N]`` (as user time) and
+    ``niced[N]`` at nice > 0 (the nice column)."""
+    niced = niced or {}
     lines = ["cpu  0 0 0 0 0 0 0 0 0 0"]
-    lines += [f"cpu{n} {round(s * tick)} 0 0 1000 0 0 0 0 0 0" for n, s in sorted(busy_seconds.items())]
+    lines += [f"cpu{n} {round(s * tick)} {round(niced.get(n, 0) * tick)} 0 1000 0 0 0 0 0 0"
+              for n, s in sorted(busy_seconds.items())]
     path.write_text("\n".join(lines + ["intr 0", "ctxt 0"]) + "\n")
 
 
@@ -41,7 +45,7 @@ class Clocks:
 
 def test_the_count_is_the_cpus_other_processes_leave_free(tmp_path):
     stat, clocks = tmp_path / "stat", Clocks()
-    share = CpuShare(2, stat=stat, own_cpu=lambda: clocks.own, clock=lambda: clocks.wall, mask={0, 1})
+    share = CpuShare(2, stat=stat, own_cpu=lambda: clocks.own, clock=lambda: clocks.wall, mask={0, 1}, niced_free=False)
     share.tick = 100
     _stat(stat, {0: 10.0, 1: 10.0})
     assert share.sample() == 2  # the first sample only starts the count
@@ -59,6 +63,69 @@ def test_the_count_is_the_cpus_other_processes_leave_free(tmp_path):
     assert step(1.0, 1.0, {0: 15.0, 1: 14.0}) == 2  # they stopped
     assert step(30.0, 1.0, {0: 45.0, 1: 44.0}) == 2  # after a pause (others busy meanwhile): only a new count
     assert step(1.0, 1.0, {0: 46.0, 1: 45.0}) == 1 and share.others == 1.0  # then measured again
+
+
+@pytest.mark.parametrize("niced_free, threads", [(True, 2), (False, 1)])
+def test_a_niced_neighbour_leaves_its_core_free_where_nice_ranks_machine_wide(tmp_path, niced_free, threads):
+    stat, clocks = tmp_path / "stat", Clocks()
+    share = CpuShare(2, stat=stat, own_cpu=lambda: clocks.own, clock=lambda: clocks.wall, mask={0, 1},
+                     niced_free=niced_free)
+    share.tick = 100
+    _stat(stat, {0: 10.0, 1: 10.0}, niced={0: 3.0})
+    share.sample()
+    clocks.wall, clocks.own = clocks.wall + 1.0, clocks.own + 1.0
+    _stat(stat, {0: 10.0, 1: 11.0}, niced={0: 4.0})  # a nice-19 job had CPU 0, we had CPU 1
+    assert share.sample() == threads
+
+
+def _neighbour(tmp_path, yields: bool):
+    """A share beside a neighbour that fills every core the process leaves idle; ``yields``: it
+    gives a core back when the process runs a thread there (a lower priority that /proc/stat
+    does not show), else it keeps one core. -> (share, step): 0.25 s of the process at
+    ``python`` (one core: single-threaded work) or at its thread count."""
+    stat, clocks, busy = tmp_path / "stat", Clocks(), {0: 10.0, 1: 10.0}
+    share = CpuShare(2, stat=stat, own_cpu=lambda: clocks.own, clock=lambda: clocks.wall, mask={0, 1}, niced_free=False)
+    share.tick = 100
+    _stat(stat, busy)
+    share.sample()
+
+    def step(python: bool = False) -> int:
+        ours = 1 if python else (share.threads if yields else 1)
+        clocks.wall += 0.25
+        clocks.own += 0.25 * ours
+        busy[0] += 0.25  # both cores busy: ours, and the neighbour's on the rest
+        busy[1] += 0.25
+        _stat(stat, busy)
+        return share.sample()
+    return share, step
+
+
+def test_a_neighbour_that_yields_gets_its_core_back_by_a_probe(tmp_path):
+    share, step = _neighbour(tmp_path, yields=True)
+    assert [step(python=True) for _ in range(4)] == [1] * 4  # the neighbour took the idle core: it looks busy
+    counts = [step() for _ in range(12)]  # computing again, at one thread: the neighbour keeps looking busy...
+    assert counts[-1] == 2 and share.probes == 1, counts  # ...until a probe runs two threads, and it gives way
+    assert counts.index(2) <= 8, counts  # the probe came PROBE_SECONDS[0] after the count went down
+
+
+def test_an_equal_neighbour_is_probed_ever_more_rarely(tmp_path):
+    share, step = _neighbour(tmp_path, yields=False)
+    counts = [step() for _ in range(4 * 60)]  # a minute beside a neighbour that keeps its core
+    assert counts.count(2) == share.probes and 3 <= share.probes <= 6, (share.probes, counts)  # 2 s, 4, 8, 16, 16..
+    assert counts[-8:] == [1] * 8
+
+
+@pytest.mark.parametrize("own_nice, autogroup, free", [
+    (0, "0\n", True),    # nice ranks every process: a niced neighbour yields to us
+    (0, "1\n", False),   # session groups: a niced job in another terminal competes as an equal
+    (0, None, True),     # a kernel without session groups
+    (5, "0\n", False),   # we are niced ourselves: our own time is in that column
+])
+def test_when_niced_time_is_free(tmp_path, own_nice, autogroup, free):
+    path = tmp_path / "sched_autogroup_enabled"
+    if autogroup is not None:
+        path.write_text(autogroup)
+    assert niced_time_is_free(own_nice=own_nice, autogroup=path) is free
 
 
 def test_only_the_cpus_of_the_affinity_mask_count(tmp_path):
