@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.catcap-installed
+# test workers: one per CPU this process may use (affinity mask and cgroup quota: catcap/threads.py),
+# one intra-op thread each (tests/conftest.py); `make test WORKERS=0` runs the suite in one process
+WORKERS ?= $$($(PY) -c "from catcap.threads import available_cpus; print(available_cpus())")
 
 .PHONY: help setup demo test test-slow evaluate-example bench clean clean-runs
 
@@ -22,8 +25,8 @@ setup: $(STAMP)  ## create .venv and install catcap with its test extras
 demo: $(STAMP)  ## the main job: make a world, train the tiny Transformer, evaluate (~3.5 min on 2 cores)
 	$(VENV)/bin/catcap demo
 
-test: $(STAMP)  ## run the whole test suite (the README's test command)
-	$(PY) -m pytest -q
+test: $(STAMP)  ## run the whole test suite (the README's test command), one worker per CPU
+	$(PY) -m pytest -q -n $(WORKERS)
 
 test-slow: $(STAMP)  ## the reliability suite with every fault-injection run (~4 min; docs/reliability.md)
 	CATCAP_ALL_FAULTS=1 $(PY) -m pytest -q tests/reliability

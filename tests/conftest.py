@@ -11,6 +11,14 @@ import pytest
 # tests compare two runs bit for bit. tests/unit/test_threads.py runs the pacing itself;
 # CATCAP_THREADS=catcap runs the suite paced.
 os.environ.setdefault("CATCAP_THREADS", "torch")
+# Under pytest-xdist (`pytest -n N`) the N workers share the machine's cores: one intra-op thread
+# each, for them and the commands they run, so that they do not oversubscribe the CPUs
+# (docs/performance.md, "Threads on a shared CPU").
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 DATA = Path(__file__).parent / "metrics" / "data"
 
