@@ -98,39 +98,6 @@ def runner(args) -> None:
         protocol.flush()
 
 
-def hook_cost(args) -> None:
-    """Print the pacing hook's CPU cost per module call and how many module calls each decoding job
-    (and the XE step) makes: their product is the policy's cost on a quiet machine."""
-    import torch
-
-    from catcap import threads
-
-    threads._PACER = threads._Pacer(threads.CpuShare(1))  # one CPU: never changes the count, checks every call
-    layer, x = torch.nn.Identity(), torch.zeros(1)
-
-    def per_call(n: int = 200_000) -> float:
-        start = time.process_time()
-        for _ in range(n):
-            layer(x)
-        return (time.process_time() - start) / n
-
-    bare = min(per_call() for _ in range(3))
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda module, inputs: threads.pace())
-    paced = min(per_call() for _ in range(3))
-    handle.remove()
-    calls = [0]
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda module, inputs: calls.__setitem__(0, calls[0] + 1))
-    args.jobs = [j for j in args.jobs if j in ("greedy", "beam", "xe_step")] or ["greedy", "beam", "xe_step"]
-    counts = {}
-    for name, job in build_jobs(args).items():
-        calls[0] = 0
-        job()
-        counts[name] = calls[0]
-    handle.remove()
-    print(json.dumps({"per_call_us": {"without": round(bare * 1e6, 2), "with_pacing_hook": round(paced * 1e6, 2),
-                                      "added": round((paced - bare) * 1e6, 2)}, "module_calls": counts}))
-
-
 def voluntary_switches() -> int:
     """How often this process's threads went to sleep so far (their voluntary context switches,
     from /proc): an idle OpenMP thread that sleeps instead of spinning adds one per wait."""
@@ -339,20 +306,13 @@ def summarise(times: dict, args, policies: list[str]) -> list[dict]:
 def describe_machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    from catcap.threads import available_cpus, cgroup_cpu_limit
+    from catcap.threads import available_cpus, cgroup_cpu_limit, niced_time_is_free
 
     quota = cgroup_cpu_limit()
     return (f"{platform.machine()} {cpu}, {os.cpu_count()} CPUs ({available_cpus()} available to this process; "
             f"cgroup CPU quota: {'none' if quota is None else f'{quota:g} CPUs'}), Linux {platform.release()}, "
-            f"Python {platform.python_version()}, sched_autogroup_enabled "
-            f"{_read_or(Path('/proc/sys/kernel/sched_autogroup_enabled'), 'absent')}")
-
-
-def _read_or(path: Path, default: str) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return default
+            f"Python {platform.python_version()}, niced processes' CPU time counts as free: {niced_time_is_free()} "
+            f"(catcap.threads.niced_time_is_free: automatic session groups off)")
 
 
 def cpu_users(exclude: set[int]) -> list[str]:
@@ -454,9 +414,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: tiny jobs (4 images, 3 demo steps, 4 photos), 1 run each, 0 and 1 competitor")
     parser.add_argument("--report", metavar="FILE.md", help="append the Markdown report to this file")
-    parser.add_argument("--hook-cost", action="store_true",
-                        help="instead: the CPU cost of the pacing hook per torch.nn module call (an nn.Identity "
-                             "called 200,000 times without and with it) and the module calls of the decoding jobs")
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--runner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -464,9 +421,6 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _exit_on_signal)  # a kill runs the clean-up below (competitors, runners, files)
     if args.runner:
         runner(args)
-        return
-    if args.hook_cost:
-        hook_cost(args)
         return
     if args.quick:
         args.repeats, args.contended_repeats, args.demo_steps, args.photos, args.images_per_batch = 1, 1, 3, 4, 4

@@ -357,6 +357,12 @@ def default_workers(wanted: int) -> int:
     return max(0, min(wanted, available_cpus()))
 
 
+def photo_readers() -> int:
+    """JPEG reading processes of captioning from photos (``catcap caption``, evaluation from
+    photos) by default: 1 when the process may use at most 2 CPUs, else 2."""
+    return 1 if available_cpus() <= 2 else 2
+
+
 def cgroup_cpu_limit(proc_cgroup: Optional[str] = None, root: Path = CGROUP_ROOT) -> Optional[float]:
     """CPUs the process's cgroup quota allows (e.g. 1.5), the smallest over its cgroup and the
     ones above it; None without a quota (or without cgroups). ``proc_cgroup``: the text of

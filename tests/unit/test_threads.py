@@ -359,13 +359,12 @@ def test_default_worker_counts_stay_within_the_cpus(monkeypatch):
 
 
 def test_the_commands_default_workers_follow_the_cpus(monkeypatch):
-    from catcap.cli import caption_cmds
     from catcap.cli.main import build_parser
 
     monkeypatch.setattr(threads, "available_cpus", lambda: 1)
-    assert caption_cmds.default_workers() == 1
+    assert threads.photo_readers() == 1
     monkeypatch.setattr(threads, "available_cpus", lambda: 8)
-    assert caption_cmds.default_workers() == 2
+    assert threads.photo_readers() == 2
     assert build_parser().parse_args(["extract", "--images", "x", "--out", "y.h5"]).workers == 2
     monkeypatch.setattr(threads, "available_cpus", lambda: 1)
     assert build_parser().parse_args(["extract", "--images", "x", "--out", "y.h5"]).workers == 1

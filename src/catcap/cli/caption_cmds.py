@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from catcap.cli.generation_args import add_generation_arguments, checkpoints, generation_config
 from catcap.cli import checks, paths
+from catcap.threads import photo_readers
 
 CAPTION_HELP = """\
 Caption images with a trained model. Without --checkpoint, the model bundled with catcap
@@ -57,14 +58,6 @@ example:
 """
 
 
-def default_workers() -> int:
-    """JPEG reading processes by default: 1 when the process may use at most 2 CPUs (affinity
-    and cgroup quota, catcap.threads), else 2."""
-    from catcap.threads import available_cpus
-
-    return 1 if available_cpus() <= 2 else 2
-
-
 def register(sub) -> None:
     cap = sub.add_parser("caption", help="caption photos (default model: the bundled flickr8k-m2)",
                          description=CAPTION_HELP,
@@ -84,7 +77,7 @@ def register(sub) -> None:
                      "image_id in the output is the one this file gives its file name (default: the id the file "
                      "name carries, e.g. a Flickr photo id)")
     cap.add_argument("--batch-size", type=int, default=16, help="images per batch (default 16)")
-    cap.add_argument("--workers", type=int, default=default_workers(),
+    cap.add_argument("--workers", type=int, default=photo_readers(),
                      help="processes reading and decoding the photos (default 1 on a machine with 2 cores or "
                           "fewer, else 2; 0 = in the encoder's thread). On 2 cores, 1 worker left the encoder "
                           "and decoder more room: 49 against 47 photos/s (benchmarks/results/pipeline.md)")

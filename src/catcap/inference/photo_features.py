@@ -100,7 +100,7 @@ def photo_store(cap, dataset: str | Path, split: str, images: str | Path, *, pro
     extracts the ones it lacks (resumable, :func:`catcap.features.extract.extract_features`)."""
     from catcap.features.extract import extract_features
     from catcap.inference.captioner import pixel_encoder
-    from catcap.threads import available_cpus
+    from catcap.threads import photo_readers
 
     try:
         pixel_encoder(cap.features_meta, cap.device)  # a model that cannot read photos says so here
@@ -116,7 +116,7 @@ def photo_store(cap, dataset: str | Path, split: str, images: str | Path, *, pro
         if log:
             log("all of them are in the cache already")
         return out
-    workers = 1 if available_cpus() <= 2 else 2  # JPEG readers, as catcap caption's default
+    workers = photo_readers()  # JPEG readers, as catcap caption's default
     result = extract_features([Path(p) for p in keys], out, encoder, backend=backend, keys=keys, workers=workers,
                               progress=progress, log=log)
     if result.errors:  # the scores are of the whole split: a photo missing from it is not scored around

@@ -40,6 +40,7 @@ class Precision:
         self.name, self.device, self.dtype = name, device, DTYPES[name]
         self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
         self.skipped_in_a_row = 0
+        self.last_scale = self.scaler.get_scale() if self.scaler.is_enabled() else None  # the scale the next step runs at
 
     def autocast(self):
         """The context a forward pass runs in."""
@@ -60,19 +61,20 @@ class Precision:
             torch.nn.utils.clip_grad_value_(params, grad_clip)
         elif grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
         self.scaler.step(optimizer)
         self.scaler.update()
-        if scale is not None:
-            self._count_skipped(scale)
+        if self.scaler.is_enabled():
+            self._count_skipped()
 
-    def _count_skipped(self, scale_before: float) -> None:
+    def _count_skipped(self) -> None:
         """A step is skipped exactly when the scaler lowers its scale; too many in a row stop training."""
-        self.skipped_in_a_row = self.skipped_in_a_row + 1 if self.scaler.get_scale() < scale_before else 0
+        scale, before = self.scaler.get_scale(), self.last_scale
+        self.last_scale = scale
+        self.skipped_in_a_row = self.skipped_in_a_row + 1 if scale < before else 0
         if self.skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
             raise ConfigError(
                 f"fp16: the last {self.skipped_in_a_row} training steps were all skipped: the gradients were not "
-                f"finite even with the loss scale cut to {self.scaler.get_scale():g}, so fp16's range (at most 65504) "
+                f"finite even with the loss scale cut to {scale:g}, so fp16's range (at most 65504) "
                 f"is too small for this model's activations or gradients. Train with --precision bf16 (fp32's range, "
                 f"on Ampere or newer GPUs) or --precision fp32.")
 
@@ -82,3 +84,4 @@ class Precision:
     def load_state_dict(self, state: dict) -> None:
         if state and self.scaler.is_enabled():
             self.scaler.load_state_dict(state)
+            self.last_scale = self.scaler.get_scale()
