@@ -9,7 +9,8 @@
 # to 450 s) it runs 1 and 6; STEPS names the steps to run, SKIP the steps to leave out.
 # 1. tests/gpu (pytest -n 4: pytest-xdist): every decoder's contract on CUDA, CUDA == CPU,
 #    bf16/fp16 training steps, a CAT + AWC run (XE then SCST) killed and resumed on the GPU
-#    with train.deterministic, and CUDA graphs == eager decoding for every variant (test_graphs.py);
+#    with train.deterministic, CUDA graphs == eager decoding for every variant (test_graphs.py) and
+#    SCST updates replayed as graphs == eager updates (test_scst_update_graphs.py);
 # 6. benchmarks/gpu/targets.py: issue 39's target table (catcap today / static / CUDA graphs
 #    against the static reference decoder, self-critical.pytorch from SC=DIR if given, an SCST
 #    step, CACA ratios); the table and the card, driver and torch go to OUT_DIR/targets.md and

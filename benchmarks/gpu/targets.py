@@ -12,11 +12,13 @@ configs/models/{transformer, cat, lightcat, m2, m2_caca}.yaml. Modes (``generate
     graphs   static=True, cuda_graphs=True    static decoding replayed as one CUDA graph (CUDA only)
 
 SCST step (5 samples x 50 images, ``<eos>`` allowed, max 16 words, mean-of-samples baseline):
-the trainer's own functions (training/scst.py): sampling in eval mode under no_grad (mode today
-or graphs), then one teacher-forced pass over the 250 captions with gradients (encoder once per
-image), the policy-gradient loss with fixed random rewards, backward and a fused Adam step; the
-two phases are also timed alone ("scst sample", "scst update"). The reward (CIDEr-D of 250
-captions, on the CPU) is left out: it does not depend on the mode.
+the trainer's own functions (training/scst.py, training/scst_graph.py): sampling in eval mode
+under no_grad (mode today or graphs), then the update: one teacher-forced pass over the 250
+captions with gradients (encoder once per image), the policy-gradient loss with fixed random
+rewards, backward, clipping and a fused Adam step (today: eagerly; graphs: replayed as one CUDA
+graph, the captions padded to 17 positions); the two phases are also timed alone ("scst sample",
+"scst update"). The reward (CIDEr-D of 250 captions, on the CPU) is left out: it does not depend
+on the mode.
 
 Timings are interleaved (each repeat times every job once, starting at a different one) and
 CUDA-synchronised; medians of --repeats. The table goes to stdout and, with --out, to a markdown
@@ -51,7 +53,9 @@ from catcap.decoding import GenerationConfig, build_processors, generate  # noqa
 from catcap.decoding.graphs import GRAPHS  # noqa: E402
 from catcap.models.builders import build_captioner  # noqa: E402
 from catcap.training.experiment import ExperimentConfig  # noqa: E402
-from catcap.training.scst import policy_loss, sequence_log_probs  # noqa: E402
+from catcap.training.precision import Precision  # noqa: E402
+from catcap.training.scst import Drawn, chosen_mask, sequence_log_probs, update_loss  # noqa: E402
+from catcap.training.scst_graph import UpdateGraphs  # noqa: E402
 from catcap.training.setup import make_optimizer  # noqa: E402
 
 PRESETS = HERE.parents[1] / "configs" / "models"
@@ -103,30 +107,49 @@ def scst_sample(model, features, mask, size, mode: str):
     return out
 
 
-def scst_update(model, features, mask, out, optimizer, rewards: torch.Tensor):
-    """SCST's update as the trainer makes it: one teacher-forced pass over the 250 captions
-    (encoder once per image), the mean-of-samples baseline, the policy loss, fused Adam."""
-    token_lp, _, _, _ = sequence_log_probs(model, features, mask, out.tokens, out.mask, 5)
+def scst_update(graphs, model, features, mask, out, optimizer, rewards: torch.Tensor, graphed: bool):
+    """SCST's update as the trainer makes it (training/loop.py): one teacher-forced pass over the
+    250 captions (encoder once per image), the mean-of-samples baseline, the policy loss,
+    backward, gradient clipping (norm 1, the trainer's default) and fused Adam; ``graphed``:
+    replayed as one CUDA graph (training/scst_graph.py), else eagerly."""
     advantage = rewards - rewards.view(-1, 5).mean(1).repeat_interleave(5)
-    loss = policy_loss(token_lp, advantage)
-    optimizer.zero_grad()
+    drawn = Drawn(out.tokens, chosen_mask(out.mask, graphs.length - 1), advantage, 5, {})
+    params = list(model.parameters())
+
+    def score(*args):
+        return *sequence_log_probs(model, *args), None
+
+    if graphed:
+        if graphs.update(score, model, optimizer, params, features, mask, drawn) is None:
+            raise RuntimeError(f"the SCST update could not be captured: {graphs.refused}")
+        return
+    optimizer.zero_grad(set_to_none=True)
+    loss, _, _ = update_loss(score, features, mask, drawn)
     loss.backward()
-    optimizer.step()
+    graphs.precision.step(optimizer, params, graphs.grad_clip, graphs.clip_mode)
 
 
 def scst_jobs(model, features, mask, size, best: str, device) -> dict:
     """{(transformer, scst | scst sample | scst update, mode): callable}: the whole step (module
     doc) and its two phases. Rewards are random numbers on the device: CIDEr-D is computed on
-    the CPU from the captions and is not part of the GPU's work timed here."""
+    the CPU from the captions and is not part of the GPU's work timed here. Adam takes one
+    eager step first (its state exists before a graph is captured, as in the trainer)."""
     rewards = torch.rand(features.shape[0] * 5, device=device)
     optimizer = make_optimizer(model.parameters(), device, lr=1e-9)
+    graphs = UpdateGraphs(Precision("fp32", device), 1.0, "norm", size["words"] + 1, 0)
     drawn = scst_sample(model, features, mask, size, "today")
+    scst_update(graphs, model, features, mask, drawn, optimizer, rewards, graphed=False)
     jobs = {}
     for mode in ("today", best):
-        jobs[("transformer", "scst", mode)] = lambda m=mode: scst_update(
-            model, features, mask, scst_sample(model, features, mask, size, m), optimizer, rewards)
+        graphed = mode == "graphs"
+        jobs[("transformer", "scst", mode)] = lambda m=mode, g=graphed: scst_update(
+            graphs, model, features, mask, scst_sample(model, features, mask, size, m), optimizer, rewards, g)
         jobs[("transformer", "scst sample", mode)] = lambda m=mode: scst_sample(model, features, mask, size, m)
-    jobs[("transformer", "scst update", "eager")] = lambda: scst_update(model, features, mask, drawn, optimizer, rewards)
+    jobs[("transformer", "scst update", "eager")] = lambda: scst_update(graphs, model, features, mask, drawn, optimizer,
+                                                                        rewards, False)
+    if best == "graphs":
+        jobs[("transformer", "scst update", "graphs")] = lambda: scst_update(graphs, model, features, mask, drawn,
+                                                                             optimizer, rewards, True)
     return jobs
 
 

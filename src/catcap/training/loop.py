@@ -52,7 +52,8 @@ from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
 from catcap.training.scheduled_sampling import sampling_probability
 from catcap.training.rng import restore_rng, rng_state
-from catcap.training.scst import scst_loss
+from catcap.training.scst import draw_and_reward, finished_record, scst_loss, update_loss
+from catcap.training.scst_graph import UpdateGraphs
 from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything, use_deterministic
 from catcap.training.starting import check_resumable, load_awc_betas, load_start_weights
 from catcap.training.validate import validate
@@ -128,6 +129,9 @@ class Trainer:
         if cfg.train.compile:
             self.objective.compile_forward()
         self.precision = Precision(cfg.train.precision, self.device)
+        self.update_graphs = UpdateGraphs(self.precision, cfg.train.grad_clip, cfg.train.grad_clip_mode,
+                                          cfg.train.scst.max_len + 1, self.data.vocab.pad_id,
+                                          enabled=cfg.train.scst.cuda_graph, log=self.log)
         if self.dist.rank > 0:  # every rank its own dropout/sampling stream (rank 0 = one-process run)
             torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)
         self.pos = Position(phase="scst" if cfg.train.objective == "scst" else "xe")
@@ -240,8 +244,10 @@ class Trainer:
         if self.pos.phase == "xe":
             set_learning_rate(self.optimizer, learning_rate(t.schedule, self.pos.step + 1, self.pos.epoch, self.cfg.model.d_model))
         self.optimizer.zero_grad(set_to_none=True)
-        record = self._scst_parts(micro) if self.pos.phase == "scst" else self._xe_parts(micro)
-        self.precision.step(self.optimizer, self._parameters(), t.grad_clip, t.grad_clip_mode)
+        record = self._scst_graphed(micro) if self.pos.phase == "scst" else None
+        if record is None:  # the graphed SCST update steps itself; every other step steps here
+            record = self._scst_parts(micro) if self.pos.phase == "scst" else self._xe_parts(micro)
+            self.precision.step(self.optimizer, self._parameters(), t.grad_clip, t.grad_clip_mode)
         self.pos.step += 1
         return record
 
@@ -297,12 +303,37 @@ class Trainer:
             with self._sync(i == len(micro) - 1):
                 with self.precision.autocast():
                     loss, rec = scst_loss(self.model, b, self.data.vocab, t.scst, self.reward,
-                                          score=lambda *args: self.engine("scst", *args))
+                                          score=self._score)
                 self.precision.backward(loss * (images[i] * world / total_images))
             for k, v in {**rec, "loss": float(loss.detach())}.items():
                 totals[k] += v * images[i]
         keys = sorted(totals)
         return {k: v / total_images for k, v in zip(keys, all_sum([totals[k] for k in keys], self.dist))}
+
+    def _score(self, *args):
+        """SCST's scoring pass through the step's module (Objective.scst, in DDP when distributed)."""
+        return self.engine("scst", *args)
+
+    def _scst_graphed(self, micro: list) -> dict | None:
+        """The SCST step with its update replayed as a CUDA graph (:mod:`catcap.training.scst_graph`;
+        the optimizer steps inside), or None where it cannot be (then the step runs eagerly)."""
+        params, b = self._parameters(), micro[0]
+        why = self.update_graphs.why_eager(b.features, self.optimizer, params, len(micro), self.dist.world,
+                                           self.cfg.train.deterministic)
+        if why is not None:
+            self.update_graphs.say_once(why)
+            return None
+        drawn = draw_and_reward(self.model, b, self.data.vocab, self.cfg.train.scst, self.reward)
+        self.objective.train()
+        out = self.update_graphs.update(self._score, self.model, self.optimizer, params, b.features, b.feature_mask, drawn)
+        if out is None:  # the capture failed: this step's update runs eagerly, the drawn captions reused
+            with self.precision.autocast():
+                out = update_loss(self._score, b.features, b.feature_mask, drawn)
+            self.precision.backward(out[0])
+            t = self.cfg.train
+            self.precision.step(self.optimizer, params, t.grad_clip, t.grad_clip_mode)
+        loss, entropy_sum, awc_value = out
+        return {**finished_record(drawn, entropy_sum, awc_value), "loss": float(loss.detach())}
 
     @property
     def reward(self) -> CiderReward:

@@ -41,7 +41,9 @@ class SCSTConfig:
     longest sampled caption in words; patience: stop after this many SCST epochs without a
     better validation CIDEr-D; switch_patience: with ``train.objective=xe_then_scst``, switch
     when XE validation CIDEr-D has not improved for this many epochs (M2's rule); keep_awc:
-    add the AWC term (``train.awc``) to the SCST loss too (the paper does not)."""
+    add the AWC term (``train.awc``) to the SCST loss too (the paper does not); cuda_graph: on a
+    GPU, replay the update (scoring pass, backward, optimizer step) as one CUDA graph where it
+    can be (:mod:`catcap.training.scst_graph` says where not; the same update, faster)."""
 
     baseline: Literal["greedy", "mean", "beam"] = "mean"
     num_samples: int = 5
@@ -50,6 +52,7 @@ class SCSTConfig:
     patience: int = 5
     switch_patience: int = 5
     keep_awc: bool = False
+    cuda_graph: bool = True
 
     def __post_init__(self):
         from catcap.config import ConfigError
@@ -149,16 +152,35 @@ def policy_loss(token_log_probs: Tensor, advantage: Tensor) -> Tensor:
     return -(advantage * token_log_probs.sum(dim=1)).mean()
 
 
-def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None, score=None) -> tuple[Tensor, dict]:
-    """Loss and log record of one SCST step on an ImageBatch (see the module doc).
+@dataclass
+class Drawn:
+    """Steps 1-3 of an SCST step, what the update (steps 4-5) learns from: tokens (R, T) the
+    sampled ids after ``<bos>``, chosen (R, T) True = chosen by the sampler (:func:`chosen_mask`),
+    advantage (R,) float32 on the tokens' device, n captions per image, and the step's log record
+    so far (rewards, baseline, lengths)."""
 
-    reward_fn(candidates: list[list[str]], references: list[list[list[str]]], cand_image) -> (C,)
-    rewards, e.g. :class:`catcap.training.reward.CiderReward`; ``awc`` an
-    :class:`~catcap.training.awc.AdaptiveWeightConstraint` added on the scored captions.
-    ``score(features, feature_mask, tokens, mask, n)`` -> (token log-probs, entropy, extras,
-    input mask, awc value or None) replaces the scoring pass (the trainer passes its
-    :class:`~catcap.training.objective.Objective`, possibly wrapped in DDP); ``awc`` is then unused.
-    """
+    tokens: Tensor
+    chosen: Tensor
+    advantage: Tensor
+    n: int
+    record: dict
+
+    def padded(self, length: int, pad_id: int) -> "Drawn":
+        """The same captions in ``length`` columns (the static shape of a captured update): the
+        added positions hold ``pad_id`` and are not chosen, so they change no log-prob, loss or
+        gradient (causal attention: no real position reads a later one)."""
+        extra = length - self.tokens.shape[1]
+        if extra < 0:
+            raise ValueError(f"captions of {self.tokens.shape[1]} positions do not fit {length} columns: "
+                             f"raise the padded length to train.scst.max_len + 1 or more")
+        if extra == 0:
+            return self
+        return Drawn(torch.nn.functional.pad(self.tokens, (0, extra), value=pad_id),
+                     torch.nn.functional.pad(self.chosen, (0, extra), value=False), self.advantage, self.n, self.record)
+
+
+def draw_and_reward(model, batch, vocab, cfg: SCSTConfig, reward_fn) -> Drawn:
+    """Steps 1-3 on an ImageBatch: sample, reward, baseline (see the module doc and :func:`scst_loss`)."""
     out, best = draw_captions(model, batch.features, batch.feature_mask, cfg, vocab)
     b, n = batch.features.shape[0], cfg.num_samples
     words = [vocab.decode(row.tolist()) for row in out.tokens.cpu()]
@@ -169,18 +191,6 @@ def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None, score=N
         greedy_rewards = np.asarray(reward_fn([vocab.decode(r.tolist()) for r in best.cpu()], batch.references,
                                               np.arange(b)), dtype=np.float64)
     base, adv = advantages(rewards, cfg.baseline, greedy_rewards)
-    model.train()
-    chosen = chosen_mask(out.mask, cfg.max_len)
-    if score is None:
-        token_lp, entropy, extras, _ = sequence_log_probs(model, batch.features, batch.feature_mask,
-                                                          out.tokens, chosen, n)
-        awc_value = awc(extras, chosen) if awc is not None else None
-    else:
-        token_lp, entropy, extras, _, awc_value = score(batch.features, batch.feature_mask, out.tokens, chosen, n)
-    advantage = torch.as_tensor(adv.reshape(-1), dtype=token_lp.dtype, device=token_lp.device)
-    loss = policy_loss(token_lp, advantage)
-    if awc_value is not None:
-        loss = loss + awc_value
     # ended by choice: <eos> drawn before max_len (at max_len it is forced, see chosen_mask)
     ended = (out.tokens.gather(1, (out.lengths - 1).clamp(min=0)[:, None])[:, 0] == vocab.eos_id) \
         & (out.lengths <= cfg.max_len)
@@ -188,10 +198,48 @@ def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None, score=N
         "reward": float(rewards.mean()), "baseline": float(base.mean()), "advantage": float(adv.mean()),
         "advantage_std": float(adv.std()), "eos_fraction": float(ended.float().mean()),
         "length": float(np.mean([len(w) for w in words])),
-        "entropy": float(entropy.sum() / chosen.sum().clamp(min=1)),
     }
     if greedy_rewards is not None:
         record["greedy_reward"] = float(greedy_rewards.mean())
+    advantage = torch.as_tensor(adv.reshape(-1), dtype=torch.float32, device=out.tokens.device)
+    return Drawn(out.tokens, chosen_mask(out.mask, cfg.max_len), advantage, n, record)
+
+
+def update_loss(score, features: Tensor, feature_mask: Tensor, drawn: Drawn):
+    """Steps 4-5: the loss of the drawn captions and, for the log, the summed entropy of the
+    model's distribution at the chosen positions and the AWC value (or None). ``score``:
+    ``score(features, feature_mask, tokens, mask, n)`` -> (token log-probs, entropy, extras,
+    input mask, awc value or None), e.g. the trainer's :class:`~catcap.training.objective.Objective`."""
+    token_lp, entropy, _, _, awc_value = score(features, feature_mask, drawn.tokens, drawn.chosen, drawn.n)
+    loss = policy_loss(token_lp, drawn.advantage.to(token_lp.dtype))
+    if awc_value is not None:
+        loss = loss + awc_value
+    return loss, entropy.sum(), awc_value
+
+
+def finished_record(drawn: Drawn, entropy_sum: Tensor, awc_value: Tensor | None) -> dict:
+    """The step's log record: the drawn captions' plus the mean entropy per chosen token and AWC."""
+    record = {**drawn.record, "entropy": float(entropy_sum) / max(int(drawn.chosen.sum()), 1)}
     if awc_value is not None:
         record["awc"] = float(awc_value.detach())
-    return loss, record
+    return record
+
+
+def scst_loss(model, batch, vocab, cfg: SCSTConfig, reward_fn, awc=None, score=None) -> tuple[Tensor, dict]:
+    """Loss and log record of one SCST step on an ImageBatch (see the module doc).
+
+    reward_fn(candidates: list[list[str]], references: list[list[list[str]]], cand_image) -> (C,)
+    rewards, e.g. :class:`catcap.training.reward.CiderReward`; ``awc`` an
+    :class:`~catcap.training.awc.AdaptiveWeightConstraint` added on the scored captions.
+    ``score(features, feature_mask, tokens, mask, n)`` -> (token log-probs, entropy, extras,
+    input mask, awc value or None) replaces the scoring pass (the trainer passes its
+    :class:`~catcap.training.objective.Objective`, possibly wrapped in DDP); ``awc`` is then unused.
+    """
+    drawn = draw_and_reward(model, batch, vocab, cfg, reward_fn)
+    model.train()
+    if score is None:
+        def score(features, feature_mask, tokens, mask, n):
+            lp, entropy, extras, input_mask = sequence_log_probs(model, features, feature_mask, tokens, mask, n)
+            return lp, entropy, extras, input_mask, (awc(extras, mask) if awc is not None else None)
+    loss, entropy_sum, awc_value = update_loss(score, batch.features, batch.feature_mask, drawn)
+    return loss, finished_record(drawn, entropy_sum, awc_value)
