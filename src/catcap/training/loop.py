@@ -323,7 +323,8 @@ class Trainer:
         if why is not None:
             self.update_graphs.say_once(why)
             return None
-        drawn = draw_and_reward(self.model, b, self.data.vocab, self.cfg.train.scst, self.reward)
+        with self.precision.autocast():  # sampling under the run's precision, as on the eager path
+            drawn = draw_and_reward(self.model, b, self.data.vocab, self.cfg.train.scst, self.reward)
         self.objective.train()
         out = self.update_graphs.update(self._score, self.model, self.optimizer, params, b.features, b.feature_mask, drawn)
         if out is None:  # the capture failed: this step's update runs eagerly, the drawn captions reused
