@@ -114,7 +114,8 @@ def test_a_trainer_on_the_graph_path_ends_where_the_eager_one_ends(world, tmp_pa
     (g_rec, g_grads, g_params, g, g_logs, calls), (e_rec, e_grads, e_params, e, _, _) = runs["graph"], runs["eager"]
     assert g.update_graphs.captures == 1 and calls == 2 and g.update_graphs.regions == 16
     assert e.update_graphs.captures == 0
-    assert "[catcap] SCST updates run eagerly: the optimizer has no state yet (its first step creates it)" in g_logs
+    assert ("[catcap] SCST updates run eagerly: the optimizer has no state yet (its first step creates it; later "
+            "steps are replayed)") in g_logs
     for a, b in zip(g_rec, e_rec):
         assert a.keys() == b.keys()
         for k in a:
@@ -129,6 +130,27 @@ def test_a_trainer_on_the_graph_path_ends_where_the_eager_one_ends(world, tmp_pa
         torch.testing.assert_close(g_params[n], e_params[n], rtol=1e-5, atol=1e-6, msg=n)
     assert len(compared) > 20 and any(not torch.equal(e_params[n], p) for n, p in
                                       trainer(world, tmp_path / "fresh", []).model.named_parameters())  # weights moved
+
+
+@pytest.mark.parametrize("keep_awc", [False, True])
+def test_cat_with_adaptive_awc_is_replayed_with_or_without_its_betas(world, tmp_path, keep_awc):
+    """CAT with learnable AWC betas: in SCST the betas get no gradient (no Adam state) unless
+    ``keep_awc``; either way the second step is captured and steps as the eager trainer does."""
+    runs = {}
+    for name in ("graph", "eager"):
+        t = trainer(world, tmp_path / name, [], **{"model.cross_attention": "caca", "train.awc.enabled": True,
+                                                   "train.scst.keep_awc": keep_awc})
+        if name == "graph":
+            t.update_graphs.capture, t.update_graphs.devices = StandIn, ("cpu",)
+        records = [t.train_step(b) for b in (image_batch(t, 0), image_batch(t, 6))]
+        runs[name] = (records, t)
+    (g_rec, g), (e_rec, e) = runs["graph"], runs["eager"]
+    assert g.update_graphs.captures == 1
+    assert ("awc" in g_rec[1]) == keep_awc and g_rec[1].keys() == e_rec[1].keys()
+    for k in g_rec[1]:
+        assert g_rec[1][k] == pytest.approx(e_rec[1][k], rel=1e-5, abs=1e-6), k
+    torch.testing.assert_close(g.awc.beta, e.awc.beta, rtol=1e-5, atol=1e-6)
+    assert (g.awc.beta.grad is None) == (not keep_awc)
 
 
 def test_a_failed_capture_updates_eagerly_and_is_not_tried_again(world, tmp_path):

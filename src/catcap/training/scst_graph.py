@@ -28,7 +28,8 @@ during the backward); several micro-batches (a captured backward writes the grad
 not add to them); fp16 (the loss scaler decides on the host whether to step); ``train.deterministic``
 (the warm-up passes draw dropout numbers, so a resumed run would not draw what the uninterrupted
 one did); an optimizer without state yet (its first step creates the state: that step is eager,
-the next one captures); or a capture that failed (its error is logged once, the key stays eager).
+the next one captures); or a capture that failed (its error is logged once, the key stays eager). Parameters that get no gradient in SCST
+(AWC's betas, unless ``train.scst.keep_awc``) have no gradient in the graph either: Adam skips them.
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ class UpdateGraphs:
             return "fp16: the loss scaler decides on the host whether to step (bf16 or fp32 can be replayed)"
         if deterministic:
             return "train.deterministic: a capture's warm-up draws dropout numbers a resumed run would not draw"
-        if any(p.requires_grad and p not in optimizer.state for p in params):
-            return "the optimizer has no state yet (its first step creates it)"
+        if not optimizer.state:  # after a step, parameters without state get no gradient in SCST (AWC's betas)
+            return "the optimizer has no state yet (its first step creates it; later steps are replayed)"
         return None
 
     def say_once(self, reason: str) -> None:
