@@ -120,7 +120,8 @@ def scst_update(graphs, model, features, mask, out, optimizer, rewards: torch.Te
         return *sequence_log_probs(model, *args), None
 
     if graphed:
-        if graphs.update(score, model, optimizer, params, features, mask, drawn) is None:
+        graphs.update(score, model, optimizer, params, features, mask, drawn)
+        if graphs.refused:
             raise RuntimeError(f"the SCST update could not be captured: {graphs.refused}")
         return
     optimizer.zero_grad(set_to_none=True)

@@ -101,16 +101,22 @@ class CapturedDecode:
         return cloned(self.search.output(None))
 
 
+def warm_up(device: torch.device, work) -> None:
+    """Run ``work()`` :data:`WARM_UP_RUNS` times on a side stream before a capture, so that lazy
+    initialisations (cuBLAS handles, autograd's streams, ...) happen outside the graph."""
+    side = torch.cuda.Stream(device=device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(WARM_UP_RUNS):
+            work()
+    torch.cuda.current_stream(device).wait_stream(side)
+
+
 def capture_cuda(features: Tensor, feature_mask: Tensor, make_search, run) -> CapturedDecode:
     """Record the static loop on ``features``' CUDA device (module doc): ``make_search(mask)``
     makes a fresh static strategy, ``run(features, mask, search)`` runs the loop."""
     static_features, static_mask = features.clone(), feature_mask.clone()
-    side = torch.cuda.Stream(device=features.device)
-    side.wait_stream(torch.cuda.current_stream(features.device))
-    with torch.cuda.stream(side):  # warm-up: lazy initialisations (cuBLAS handles, ...) happen outside the capture
-        for _ in range(WARM_UP_RUNS):
-            run(static_features, static_mask, make_search(static_mask))
-    torch.cuda.current_stream(features.device).wait_stream(side)
+    warm_up(features.device, lambda: run(static_features, static_mask, make_search(static_mask)))
     search = make_search(static_mask)
     keep = tensors_in(search)
     graph = torch.cuda.CUDAGraph()

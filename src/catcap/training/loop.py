@@ -52,7 +52,7 @@ from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
 from catcap.training.scheduled_sampling import sampling_probability
 from catcap.training.rng import restore_rng, rng_state
-from catcap.training.scst import draw_and_reward, finished_record, scst_loss, update_loss
+from catcap.training.scst import draw_and_reward, finished_record, scst_loss
 from catcap.training.scst_graph import UpdateGraphs
 from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything, use_deterministic
 from catcap.training.starting import check_resumable, load_awc_betas, load_start_weights
@@ -326,14 +326,8 @@ class Trainer:
         with self.precision.autocast():  # sampling under the run's precision, as on the eager path
             drawn = draw_and_reward(self.model, b, self.data.vocab, self.cfg.train.scst, self.reward)
         self.objective.train()
-        out = self.update_graphs.update(self._score, self.model, self.optimizer, params, b.features, b.feature_mask, drawn)
-        if out is None:  # the capture failed: this step's update runs eagerly, the drawn captions reused
-            with self.precision.autocast():
-                out = update_loss(self._score, b.features, b.feature_mask, drawn)
-            self.precision.backward(out[0])
-            t = self.cfg.train
-            self.precision.step(self.optimizer, params, t.grad_clip, t.grad_clip_mode)
-        loss, entropy_sum, awc_value = out
+        loss, entropy_sum, awc_value = self.update_graphs.update(self._score, self.model, self.optimizer, params,
+                                                                 b.features, b.feature_mask, drawn)
         return {**finished_record(drawn, entropy_sum, awc_value), "loss": float(loss.detach())}
 
     @property

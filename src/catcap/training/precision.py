@@ -42,11 +42,12 @@ class Precision:
         self.skipped_in_a_row = 0
         self.last_scale = self.scaler.get_scale() if self.scaler.is_enabled() else None  # the scale the next step runs at
 
-    def autocast(self):
-        """The context a forward pass runs in."""
+    def autocast(self, cache: bool = True):
+        """The context a forward pass runs in. ``cache=False`` for a pass recorded as a CUDA graph:
+        a cached cast would be a tensor made during the capture and reused outside it."""
         if self.dtype is None:
             return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=cache)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()

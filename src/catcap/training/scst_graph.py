@@ -28,19 +28,20 @@ during the backward); several micro-batches (a captured backward writes the grad
 not add to them); fp16 (the loss scaler decides on the host whether to step); ``train.deterministic``
 (the warm-up passes draw dropout numbers, so a resumed run would not draw what the uninterrupted
 one did); an optimizer without state yet (its first step creates the state: that step is eager,
-the next one captures); or a capture that failed (its error is logged once, the key stays eager). Parameters that get no gradient in SCST
+the next one captures); or a capture that failed (its error is logged once, and that key's
+updates run eagerly from then on, through the same function on the same padded inputs). Parameters that get no gradient in SCST
 (AWC's betas, unless ``train.scst.keep_awc``) have no gradient in the graph either: Adam skips them.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
-from catcap.decoding.graphs import WARM_UP_RUNS, parameters_key
+from catcap.decoding.graphs import parameters_key, warm_up
 from catcap.training.scst import Drawn, update_loss
 
 #: region counts are padded up to a multiple of this (fewer shapes, hence fewer captures)
@@ -80,15 +81,9 @@ class CapturedUpdate:
 
 def capture_cuda(inputs: list[Tensor], run, optimizer, params: list) -> CapturedUpdate:
     """Record ``run(inputs, step=True)`` (forward, backward, clip, optimizer step) on the inputs'
-    CUDA device, after :data:`WARM_UP_RUNS` runs without the step on a side stream (module doc)."""
+    CUDA device, after warm-up runs without the step on a side stream (:func:`warm_up`; module doc)."""
     static = [t.clone() for t in inputs]
-    device = static[0].device
-    side = torch.cuda.Stream(device=device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(WARM_UP_RUNS):
-            run(static, step=False)
-    torch.cuda.current_stream(device).wait_stream(side)
+    warm_up(static[0].device, lambda: run(static, step=False))
     for p in params:
         p.grad = None  # the captured backward allocates the gradients in the graph's memory
     graph = torch.cuda.CUDAGraph()
@@ -152,7 +147,7 @@ class UpdateGraphs:
         the detached loss, the summed entropy and the AWC value (or None)."""
         def run(inputs: list[Tensor], step: bool) -> tuple:
             features, mask, tokens, chosen, advantage = inputs
-            with self.autocast():
+            with self.precision.autocast(cache=False):
                 loss, entropy_sum, awc_value = update_loss(score, features, mask,
                                                            Drawn(tokens, chosen, advantage, n, {}))
             loss.backward()
@@ -160,13 +155,6 @@ class UpdateGraphs:
                 self.precision.step(optimizer, params, self.grad_clip, self.clip_mode)
             return loss.detach(), entropy_sum, None if awc_value is None else awc_value.detach()
         return run
-
-    def autocast(self):
-        """The precision's autocast without its cast cache (a cached cast would be a tensor made
-        during the capture and reused outside it)."""
-        if self.precision.dtype is None:
-            return nullcontext()
-        return torch.autocast(self.precision.device.type, dtype=self.precision.dtype, cache_enabled=False)
 
     def padded_regions(self, features: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """features (B, N, D) and mask (B, N) padded to the run's static region count (module doc)."""
@@ -177,27 +165,27 @@ class UpdateGraphs:
         return (torch.nn.functional.pad(features, (0, 0, 0, extra)),
                 torch.nn.functional.pad(mask, (0, extra), value=False))
 
-    def update(self, score, model, optimizer, params: list, features: Tensor, mask: Tensor, drawn: Drawn) -> tuple | None:
-        """Run the update of ``drawn`` from a graph (captured now if new): the optimizer has
-        stepped, and (loss, entropy sum, awc or None) are returned; or None when this key's capture
-        failed (the caller then updates eagerly)."""
+    def update(self, score, model, optimizer, params: list, features: Tensor, mask: Tensor, drawn: Drawn) -> tuple:
+        """Run the update of ``drawn`` (the optimizer steps) and return (loss, entropy sum, awc or
+        None): replayed from a graph (captured now if new), or eagerly where this key's capture failed."""
         drawn = drawn.padded(self.length, self.pad_id)
         features, mask = self.padded_regions(features, mask)
         inputs = [features, mask, drawn.tokens, drawn.chosen, drawn.advantage]
         key = self.key(inputs, optimizer, params, model)
+        run = self.runner(score, optimizer, params, drawn.n)
         if key in self.refused:
-            return None
+            return run(inputs, step=True)
         entry = self.graphs.get(key)
         if entry is None:
             try:
-                entry = self.capture(inputs, self.runner(score, optimizer, params, drawn.n), optimizer, params)
+                entry = self.capture(inputs, run, optimizer, params)
             except Exception as err:  # noqa: BLE001 (any capture failure: update eagerly, say why once)
                 self.refused[key] = f"{type(err).__name__}: {err}"
-                for p in params:
-                    p.grad = None  # the warm-up's gradients are not this step's
                 self.log(f"[catcap] capturing SCST's update as a CUDA graph failed, updating eagerly "
                          f"({self.refused[key]})")
-                return None
+                for p in params:
+                    p.grad = None  # the warm-up's gradients are not this step's
+                return run(inputs, step=True)
             self.captures += 1
             self.graphs[key] = entry
             while len(self.graphs) > self.max_graphs:
