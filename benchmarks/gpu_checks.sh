@@ -13,7 +13,7 @@
 #    SCST updates replayed as graphs == eager updates (test_scst_update_graphs.py);
 # 6. benchmarks/gpu/targets.py: issue 39's target table (catcap today / static / CUDA graphs
 #    against the static reference decoder, self-critical.pytorch from SC=DIR if given, an SCST
-#    step, CACA ratios); the table and the card, driver and torch go to OUT_DIR/targets.md and
+#    step in fp32 and bf16, CACA ratios, device busy time against wall time per job); the table and the card, driver and torch go to OUT_DIR/targets.md and
 #    are appended to benchmarks/results/gpu.md (copy that file back: the run's only record);
 # 2. benchmarks/decode.py on CUDA, fp32 and bf16 autocast: the paper-size Transformer, CAT,
 #    LightCAT, M2 and M2 + CACA (50 images: greedy, beam 5, one XE step);
@@ -67,7 +67,7 @@ step tests 270 python3 -m pytest -q -p no:cacheprovider -n 4 tests/gpu
 sc=()
 [ -n "$SC" ] && sc=(--sc "$SC")
 rm -f "$OUT_DIR/targets.md"
-step targets 200 python3 benchmarks/gpu/targets.py --device cuda --repeats 5 --out "$OUT_DIR/targets.md" "${sc[@]}"
+step targets 200 python3 benchmarks/gpu/targets.py --device cuda --repeats 5 --profile --out "$OUT_DIR/targets.md" "${sc[@]}"
 if [ -s "$OUT_DIR/targets.md" ]; then
   { echo; echo "## Issue 39 targets, $(date -u +%Y-%m-%d) (benchmarks/gpu_checks.sh)"; echo
     echo '```'; cat "$OUT_DIR/env.txt"; echo '```'; echo; cat "$OUT_DIR/targets.md"; } | tee -a benchmarks/results/gpu.md \

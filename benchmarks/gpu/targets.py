@@ -18,7 +18,12 @@ captions with gradients (encoder once per image), the policy-gradient loss with 
 rewards, backward, clipping and a fused Adam step (today: eagerly; graphs: replayed as one CUDA
 graph, the captions padded to 17 positions); the two phases are also timed alone ("scst sample",
 "scst update"). The reward (CIDEr-D of 250 captions, on the CPU) is left out: it does not depend
-on the mode.
+on the mode. The SCST jobs run twice: in fp32 and under bf16 autocast ("scst bf16", as
+``--precision bf16`` trains; the docs advise bf16 for training at the paper's size on a GPU).
+
+``--profile`` adds a table: one call of each SCST job and of the greedy decodes under
+torch.profiler, with the device's busy time (summed kernel times) against the wall time, so a
+run shows whether a job is bound by its work or by launches and host work.
 
 Timings are interleaved (each repeat times every job once, starting at a different one) and
 CUDA-synchronised; medians of --repeats. The table goes to stdout and, with --out, to a markdown
@@ -73,7 +78,8 @@ TARGETS = [("Transformer greedy / reference greedy graph", "transformer_greedy_o
            ("M2+CACA / M2 greedy", "m2_caca_greedy_ratio", 1.30, "<="), ("M2+CACA / M2 beam", "m2_caca_beam_ratio", 1.36, "<="),
            ("self-critical greedy / catcap Transformer greedy", "sc_greedy_speedup", 5.0, ">="),
            ("self-critical beam 5 / catcap Transformer beam 5", "sc_beam_speedup", 10.0, ">="),
-           ("SCST step today / with graphs (Transformer)", "scst_speedup", 3.0, ">=")]
+           ("SCST step today / with graphs (Transformer)", "scst_speedup", 3.0, ">="),
+           ("the same, both under bf16 autocast (--precision bf16)", "scst_bf16_speedup", 3.0, ">=")]
 
 
 def catcap_model(name: str, size: dict, quick: bool, device: torch.device):
@@ -95,13 +101,14 @@ def catcap_jobs(name, model, features, mask, size, modes) -> dict:
             for job, config in configs.items() for mode in modes}
 
 
-def scst_sample(model, features, mask, size, mode: str):
-    """SCST's sampling as the trainer draws it (training/scst.py draw_captions): 5 per image,
-    eval mode, no grad; ``mode`` today = eager, graphs = static loop replayed as a CUDA graph."""
+def scst_sample(model, features, mask, size, mode: str, precision):
+    """SCST's sampling as the trainer draws it (training/scst.py draw_captions; training/loop.py: under
+    the run's autocast): 5 per image, eval mode, no grad; ``mode`` today = eager, graphs = static
+    loop replayed as a CUDA graph."""
     config = GenerationConfig(do_sample=True, num_return_sequences=5, max_length=size["words"])
     flags = dict(static=False) if mode == "today" else dict(static=True, cuda_graphs=mode == "graphs")
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), precision.autocast():
         out = generate(model, features, mask, config, **flags)
     model.train()
     return out
@@ -130,28 +137,111 @@ def scst_update(graphs, model, features, mask, out, optimizer, rewards: torch.Te
     graphs.precision.step(optimizer, params, graphs.grad_clip, graphs.clip_mode)
 
 
-def scst_jobs(model, features, mask, size, best: str, device) -> dict:
-    """{(transformer, scst | scst sample | scst update, mode): callable}: the whole step (module
-    doc) and its two phases. Rewards are random numbers on the device: CIDEr-D is computed on
-    the CPU from the captions and is not part of the GPU's work timed here. Adam takes one
-    eager step first (its state exists before a graph is captured, as in the trainer)."""
+def scst_jobs(model, features, mask, size, best: str, device, precision: str) -> dict:
+    """{(transformer, scst | scst sample | scst update [+ " bf16"], mode): callable}: the whole step
+    (module doc) and its two phases at ``precision`` (fp32, or bf16 autocast as the trainer runs
+    ``--precision bf16``). Rewards are random numbers on the device: CIDEr-D is computed on the CPU
+    from the captions and is not part of the GPU's work timed here. Adam takes one eager step
+    first (its state exists before a graph is captured, as in the trainer)."""
+    suffix = "" if precision == "fp32" else f" {precision}"
     rewards = torch.rand(features.shape[0] * 5, device=device)
     optimizer = make_optimizer(model.parameters(), device, lr=1e-9)
-    graphs = UpdateGraphs(Precision("fp32", device), 1.0, "norm", size["words"] + 1, 0)
-    drawn = scst_sample(model, features, mask, size, "today")
+    graphs = UpdateGraphs(Precision(precision, device), 1.0, "norm", size["words"] + 1, 0)
+    autocast = graphs.precision
+    drawn = scst_sample(model, features, mask, size, "today", autocast)
     scst_update(graphs, model, features, mask, drawn, optimizer, rewards, graphed=False)
     jobs = {}
     for mode in ("today", best):
         graphed = mode == "graphs"
-        jobs[("transformer", "scst", mode)] = lambda m=mode, g=graphed: scst_update(
-            graphs, model, features, mask, scst_sample(model, features, mask, size, m), optimizer, rewards, g)
-        jobs[("transformer", "scst sample", mode)] = lambda m=mode: scst_sample(model, features, mask, size, m)
-    jobs[("transformer", "scst update", "eager")] = lambda: scst_update(graphs, model, features, mask, drawn, optimizer,
-                                                                        rewards, False)
+        jobs[("transformer", "scst" + suffix, mode)] = lambda m=mode, g=graphed: scst_update(
+            graphs, model, features, mask, scst_sample(model, features, mask, size, m, autocast), optimizer, rewards, g)
+        jobs[("transformer", "scst sample" + suffix, mode)] = lambda m=mode: scst_sample(model, features, mask, size,
+                                                                                         m, autocast)
+    jobs[("transformer", "scst update" + suffix, "eager")] = lambda: scst_update(graphs, model, features, mask, drawn,
+                                                                                 optimizer, rewards, False)
     if best == "graphs":
-        jobs[("transformer", "scst update", "graphs")] = lambda: scst_update(graphs, model, features, mask, drawn,
-                                                                             optimizer, rewards, True)
+        jobs[("transformer", "scst update" + suffix, "graphs")] = lambda: scst_update(
+            graphs, model, features, mask, drawn, optimizer, rewards, True)
     return jobs
+
+
+def busy(job, device: torch.device, top: int = 4) -> dict:
+    """One call of ``job`` under torch.profiler: its wall time, the time the device spent in
+    kernels (CUDA kernels, copies and sets; on a CPU, top-level ATen operators), their number and
+    the ``top`` names that took longest. Busy close to wall: the work itself; far below it: launches
+    and host work. Kernels inside a replayed CUDA graph are counted where the CUDA driver reports
+    them (then the "kernels" column is > 0 for a graphs row)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        job()
+        sync()
+        wall = time.perf_counter() - start
+    if cuda:
+        spans = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    else:
+        spans = [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+                 if e.cpu_parent is None and e.name.startswith("aten::")]
+    return dict(wall_ms=wall * 1000, **kernel_summary(spans, top))
+
+
+def profile_jobs(jobs: dict, device: torch.device) -> dict:
+    """:func:`busy` of every job and its arithmetic (GFLOP, counted by torch's FlopCounterMode on a
+    call that is not a graph replay: a replay dispatches no operators, so a graphs row takes the
+    count of the same job's other mode). A job the profiler fails on gets its error instead (the
+    target table must not be lost to the profiler)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    out, gflop = {}, {}
+    for key, job in jobs.items():
+        try:
+            out[key] = busy(job, device)
+            if key[2] != "graphs" and key[:2] not in gflop:
+                with FlopCounterMode(display=False) as counter:
+                    job()
+                gflop[key[:2]] = counter.get_total_flops() / 1e9
+        except Exception as err:  # noqa: BLE001 (any profiler failure is reported in the table)
+            out[key] = {"error": f"{type(err).__name__}: {err}"[:200]}
+    for key, r in out.items():
+        if "error" not in r:
+            r["gflop"] = gflop.get(key[:2])
+    return out
+
+
+def kernel_summary(spans: list[tuple[str, float]], top: int) -> dict:
+    """(name, microseconds) pairs -> busy ms, their count and the ``top`` names by summed time
+    (name shortened to 60 characters: CUDA kernel names are long templates)."""
+    by_name: dict[str, float] = {}
+    for name, us in spans:
+        by_name[name[:60]] = by_name.get(name[:60], 0.0) + us
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    return dict(busy_ms=sum(us for _, us in spans) / 1000, kernels=len(spans),
+                top=[(name, round(us / 1000, 3)) for name, us in ranked])
+
+
+def busy_table(rows: dict, seconds: dict) -> str:
+    """Markdown for :func:`profile_jobs` results by (model, job, mode), with the job's median time
+    from the timed run and the arithmetic rate it reached (GFLOP / median)."""
+    lines = ["| model | job | mode | median ms | wall ms (profiled) | device busy ms | kernels | GFLOP | TFLOP/s | "
+             "longest (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for key, r in rows.items():
+        m, j, mode = key
+        if "error" in r:
+            lines.append(f"| {m} | {j} | {mode} | profiler failed: {r['error']} | | | | | | |")
+            continue
+        median = seconds.get(key)
+        rate = f"{r['gflop'] / median / 1000:.3g}" if median and r["gflop"] else "-"
+        gflop = f"{r['gflop']:.3g}" if r["gflop"] is not None else "-"
+        longest = "; ".join(f"`{name}` {ms}" for name, ms in r["top"])
+        lines.append(f"| {m} | {j} | {mode} | {median * 1000 if median else float('nan'):.2f} | {r['wall_ms']:.2f} | "
+                     f"{r['busy_ms']:.2f} | {r['kernels']} | {gflop} | {rate} | {longest} |")
+    return "\n".join(lines) + "\n"
 
 
 def self_critical(root: Path, features, device, size):
@@ -202,8 +292,9 @@ def derived(seconds: dict, best: str) -> dict:
                 out[f"{model}_{job}_ratio"] = get(model, job, best) / get(base, job, best)
         if get("self-critical", job, "eager") and mine:
             out[f"sc_{job}_speedup"] = get("self-critical", job, "eager") / mine
-    if get("transformer", "scst", "today") and get("transformer", "scst", best):
-        out["scst_speedup"] = get("transformer", "scst", "today") / get("transformer", "scst", best)
+    for suffix, key in (("", "scst_speedup"), (" bf16", "scst_bf16_speedup")):
+        if get("transformer", "scst" + suffix, "today") and get("transformer", "scst" + suffix, best):
+            out[key] = get("transformer", "scst" + suffix, "today") / get("transformer", "scst" + suffix, best)
     return out
 
 
@@ -233,6 +324,9 @@ def main() -> None:
                         help="self-critical.pytorch checkout (default $CATCAP_SC_REFERENCE; skipped without)")
     parser.add_argument("--out", type=Path, help="write the markdown table here")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one call of each SCST job and the Transformer's greedy: device busy "
+                             "time against wall time, kernel count, the longest kernels (a table after the targets)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device, size = torch.device(args.device), QUICK if args.quick else PAPER
@@ -244,7 +338,7 @@ def main() -> None:
     features, mask = ref_features, ref_mask  # the same inputs for every decoder
     jobs = {("reference",) + key: fn for key, fn in reference_runners(reference, features, mask, device).items()}
     models = {name: catcap_model(name, size, args.quick, device) for name in args.models}
-    GRAPHS.max_graphs = 2 * len(models) + 1  # every graphed job (greedy, beam, the SCST sampling) stays captured
+    GRAPHS.max_graphs = 2 * len(models) + 2  # every graphed job (greedy, beam, SCST sampling in fp32 and bf16) stays captured
     for name, model in models.items():
         jobs.update(catcap_jobs(name, model, features, mask, size, modes))
     if args.sc and Path(args.sc).is_dir() and not args.quick:
@@ -253,9 +347,11 @@ def main() -> None:
         print(json.dumps({"self_critical": "skipped", "why": "--quick" if args.quick else "no checkout (--sc DIR)"}))
     with torch.no_grad():
         seconds = interleaved(jobs, device, args.repeats)
+    scst = {}
     if "transformer" in models:
-        seconds.update(interleaved(scst_jobs(models["transformer"], features, mask, size, best, device), device,
-                                   args.repeats))
+        for precision in ("fp32", "bf16"):
+            scst[precision] = scst_jobs(models["transformer"], features, mask, size, best, device, precision)
+            seconds.update(interleaved(scst[precision], device, args.repeats))
     values = derived(seconds, best)
     print(json.dumps({"graph_captures": GRAPHS.captures, "recaptures": GRAPHS.recaptures}))
     for key, s in seconds.items():
@@ -269,6 +365,27 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text(text)
+    if args.profile:  # after the table is written: a run cut short by its time limit keeps the targets
+        section = profile_section(scst, jobs, models, device, seconds)
+        print(section)
+        if args.out:
+            args.out.write_text(text + section)
+
+
+def profile_section(scst: dict, jobs: dict, models: dict, device: torch.device, seconds: dict) -> str:
+    """--profile: :func:`profile_jobs` of every SCST job (both precisions) and of the greedy
+    decodes of the Transformer and the reference, as JSON lines and a markdown section."""
+    profiled = {}
+    for precision_jobs in scst.values():
+        profiled.update(profile_jobs(precision_jobs, device))
+    for model in models.values():
+        model.eval()  # the SCST jobs leave the model in train mode; the decodes were timed in eval mode
+    greedy = {k: v for k, v in jobs.items() if k[:2] in (("transformer", "greedy"), ("reference", "greedy"))}
+    with torch.no_grad():
+        profiled.update(profile_jobs(greedy, device))
+    for key, r in profiled.items():
+        print(json.dumps({"model": key[0], "job": key[1], "mode": key[2], "profile": r}))
+    return "\n#### One call of each job under torch.profiler (--profile)\n\n" + busy_table(profiled, seconds)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ def test_reference_beam_of_width_one_is_greedy():
 
 def test_targets_smoke_on_cpu(tmp_path):
     out = tmp_path / "targets.md"
-    stdout = run("benchmarks/gpu/targets.py", "--device", "cpu", "--quick", "--repeats", "1", "--out", str(out))
+    stdout = run("benchmarks/gpu/targets.py", "--device", "cpu", "--quick", "--repeats", "1", "--profile",
+                 "--out", str(out))
     table = out.read_text()
     for model in ("transformer", "cat", "lightcat", "m2", "m2_caca"):
         for job in ("greedy", "beam"):
@@ -64,3 +65,25 @@ def test_targets_smoke_on_cpu(tmp_path):
     assert "| transformer | scst | today |" in table and "| reference | beam | eager |" in table
     assert "not judged (smoke run" in table and "| yes |" not in table and "| NO |" not in table
     assert json.loads(stdout.splitlines()[0]) == {"self_critical": "skipped", "why": "--quick"}
+    assert "| transformer | scst bf16 | today |" in table and "| the same, both under bf16 autocast" in table
+    profiles = [x for x in map(json.loads, filter(lambda line: line.startswith("{"), stdout.splitlines()))
+                if "profile" in x]
+    assert {(x["job"], x["mode"]) for x in profiles} >= {("scst", "today"), ("scst update bf16", "eager"),
+                                                         ("greedy", "static")}
+    for x in profiles:  # on a CPU: top-level operators, one thread, so their sum fits in the wall time
+        r = x["profile"]
+        assert r["kernels"] > 0 and 0 < r["busy_ms"] <= r["wall_ms"] and len(r["top"]) <= 4
+        assert r["gflop"] > 0  # every job multiplies matrices
+    update = next(x["profile"]["gflop"] for x in profiles if (x["job"], x["mode"]) == ("scst update", "eager"))
+    sample = next(x["profile"]["gflop"] for x in profiles if (x["job"], x["mode"]) == ("scst sample", "today"))
+    step = next(x["profile"]["gflop"] for x in profiles if (x["job"], x["mode"]) == ("scst", "today"))
+    assert abs(step - (sample + update)) < 0.01 * step  # the step is its two phases
+
+
+def test_kernel_summary_sums_counts_and_ranks_by_name():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    from targets import kernel_summary
+
+    spans = [("gemm", 10.0), ("softmax", 3.0), ("gemm", 5.0), ("x" * 80, 20.0), ("copy", 1.0)]
+    summary = kernel_summary(spans, top=2)
+    assert summary == {"busy_ms": 0.039, "kernels": 5, "top": [("x" * 60, 0.02), ("gemm", 0.015)]}
