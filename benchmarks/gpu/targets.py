@@ -132,7 +132,8 @@ def scst_update(graphs, model, features, mask, out, optimizer, rewards: torch.Te
             raise RuntimeError(f"the SCST update could not be captured: {graphs.refused}")
         return
     optimizer.zero_grad(set_to_none=True)
-    loss, _, _ = update_loss(score, features, mask, drawn)
+    with graphs.precision.autocast():  # the trainer's eager step (training/loop.py _scst_parts)
+        loss, _, _ = update_loss(score, features, mask, drawn)
     loss.backward()
     graphs.precision.step(optimizer, params, graphs.grad_clip, graphs.clip_mode)
 

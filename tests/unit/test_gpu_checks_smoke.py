@@ -87,3 +87,28 @@ def test_kernel_summary_sums_counts_and_ranks_by_name():
     spans = [("gemm", 10.0), ("softmax", 3.0), ("gemm", 5.0), ("x" * 80, 20.0), ("copy", 1.0)]
     summary = kernel_summary(spans, top=2)
     assert summary == {"busy_ms": 0.039, "kernels": 5, "top": [("x" * 60, 0.02), ("gemm", 0.015)]}
+
+
+def test_the_timed_eager_scst_update_runs_under_the_precision_it_is_labelled_with():
+    """targets.py's "today" SCST update is the trainer's eager step: under bf16 autocast in a bf16
+    row (else "today" would be timed in fp32 against a bf16 graph)."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    import targets
+    from catcap.training.precision import Precision
+    from catcap.training.scst_graph import UpdateGraphs
+    from catcap.training.setup import make_optimizer
+
+    device, size = torch.device("cpu"), targets.QUICK
+    model = targets.catcap_model("transformer", size, True, device)
+    features, mask = torch.randn(2, size["regions"], size["features"]), torch.ones(2, size["regions"], dtype=torch.bool)
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        graphs = UpdateGraphs(Precision(precision, device), 1.0, "norm", size["words"] + 1, 0)
+        drawn = targets.scst_sample(model, features, mask, size, "today", graphs.precision)
+        seen = []
+        hook = model.decoder.output.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+        try:
+            targets.scst_update(graphs, model, features, mask, drawn, make_optimizer(model.parameters(), device, lr=1e-9),
+                                torch.rand(10), graphed=False)
+        finally:
+            hook.remove()
+        assert seen == [dtype]
