@@ -9,8 +9,8 @@
 # Every run is scored on the 1,000 val photos at beam 3 (results saved for the paired bootstrap) and,
 # for CACA runs, its history weight per step is recorded (catcap analyze history, 250 val photos).
 # The summary (per seed, mean and spread, pooled paired bootstrap): benchmarks/flickr8k_seeds.py.
-# 110-276 min per XE run on one core (seed 0, measured beside the other lane and other jobs; SCST not
-# yet run); each lane is one process at one thread, so two lanes share the 2-core machine.
+# 94-153 min per XE run on one core at its median logged rate (seed 0, beside the other lane; SCST
+# not yet run); each lane is one process at one thread, so two lanes share the 2-core machine.
 # Interrupt at will: a rerun resumes each training from its last checkpoint (--resume) and skips
 # whatever is finished.
 # Needs data/flickr8k/dataset_flickr8k.json and data/flickr8k/lite2.h5 (configs/experiments/flickr8k_cat_lite2.yaml).
