@@ -13,9 +13,10 @@ wall time) and, for CACA runs, the history weight per word position (``history/h
    CIDEr-D: each image's references appear once per seed, which scales every document frequency
    and the number of documents alike, so an item's CIDEr-D is its per-seed score;
 4. the history weight per position (mean over seeds, layer 3 of 3), against the paper's Fig. 5
-   (about 0.07 at the first word, about 0.2 later).
+   (about 0.07 at the first word, about 0.2 later); ``--plot FILE.png`` draws those curves, one
+   line per arm (catcap.viz.history_plots, as ``catcap analyze history`` draws one run's).
 
-Usage: python benchmarks/flickr8k_seeds.py [OUT_DIR] [--refs data/flickr8k/dataset_flickr8k.json]
+Usage: python benchmarks/flickr8k_seeds.py [OUT_DIR] [--refs data/flickr8k/dataset_flickr8k.json] [--plot FILE.png]
 Arms without finished runs are left out (say which), so it runs on a partial experiment too.
 """
 
@@ -142,10 +143,36 @@ def history_table(out: Path, arms: list[str]) -> list[str]:
     return lines
 
 
+def arm_curves(out: Path, arms: list[str]) -> list:
+    """One HistoryCurve per CACA arm: its runs' curves averaged over seeds (positions all of
+    them reached; images still generating summed; AWC targets averaged)."""
+    import dataclasses
+
+    from catcap.viz.history import HistoryCurve
+
+    names = {f.name for f in dataclasses.fields(HistoryCurve)}
+    result = []
+    for arm in arms:
+        runs = [json.loads((run / "history" / "history_weight.json").read_text())["checkpoints"][0]
+                for run in runs_of(out, arm).values() if (run / "history" / "history_weight.json").is_file()]
+        if not runs:
+            continue
+        length = min(len(c["mean"]) for c in runs)
+        mean = [statistics.mean(c["mean"][k] for c in runs) for k in range(length)]
+        betas = [b for c in runs if c.get("beta") for b in c["beta"]]
+        fields = {k: v for k, v in runs[0].items() if k in names}
+        fields.update(label=f"{LABELS[arm]} ({len(runs)} seed{'s' if len(runs) > 1 else ''})", mean=mean,
+                      per_head=[mean], counts=[sum(c["counts"][k] for c in runs) for k in range(length)],
+                      beta=[statistics.mean(betas)] if betas else None, captions={})
+        result.append(HistoryCurve(**fields))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", nargs="?", default="runs/flickr8k_seeds", help="the lanes' OUT_DIR")
     parser.add_argument("--refs", default="data/flickr8k/dataset_flickr8k.json", help="the Karpathy file of the runs")
+    parser.add_argument("--plot", type=Path, help="also draw the history weight per word position of every CACA arm here (PNG)")
     args = parser.parse_args()
     from catcap.data.karpathy import load_karpathy
 
@@ -160,6 +187,16 @@ def main() -> None:
                          ("History weight per word position (top layer, 250 val photos, greedy)", history_table(out, arms))):
         print(f"## {title}\n")
         print("\n".join(table) + "\n")
+    curves = arm_curves(out, arms)
+    if args.plot and curves:
+        from catcap.viz.history_plots import plot_history_weight
+
+        plot_history_weight(curves, args.plot, title="History weight per word position, mean over seeds (top layer, "
+                                                      "250 val photos, greedy)\nthe paper's Fig. 5: about 0.07 at the "
+                                                      "first word, about 0.2 later")
+        print(f"plot: {args.plot}")
+    elif args.plot:
+        print("plot: no CACA run has a history curve yet")
 
 
 if __name__ == "__main__":
