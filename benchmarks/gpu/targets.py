@@ -101,14 +101,14 @@ def catcap_jobs(name, model, features, mask, size, modes) -> dict:
             for job, config in configs.items() for mode in modes}
 
 
-def scst_sample(model, features, mask, size, mode: str, precision):
+def scst_sample(model, features, mask, size, mode: str, amp: Precision):
     """SCST's sampling as the trainer draws it (training/scst.py draw_captions; training/loop.py: under
     the run's autocast): 5 per image, eval mode, no grad; ``mode`` today = eager, graphs = static
     loop replayed as a CUDA graph."""
     config = GenerationConfig(do_sample=True, num_return_sequences=5, max_length=size["words"])
     flags = dict(static=False) if mode == "today" else dict(static=True, cuda_graphs=mode == "graphs")
     model.eval()
-    with torch.no_grad(), precision.autocast():
+    with torch.no_grad(), amp.autocast():
         out = generate(model, features, mask, config, **flags)
     model.train()
     return out
@@ -148,16 +148,16 @@ def scst_jobs(model, features, mask, size, best: str, device, precision: str) ->
     rewards = torch.rand(features.shape[0] * 5, device=device)
     optimizer = make_optimizer(model.parameters(), device, lr=1e-9)
     graphs = UpdateGraphs(Precision(precision, device), 1.0, "norm", size["words"] + 1, 0)
-    autocast = graphs.precision
-    drawn = scst_sample(model, features, mask, size, "today", autocast)
+    amp = graphs.precision
+    drawn = scst_sample(model, features, mask, size, "today", amp)
     scst_update(graphs, model, features, mask, drawn, optimizer, rewards, graphed=False)
     jobs = {}
     for mode in ("today", best):
         graphed = mode == "graphs"
         jobs[("transformer", "scst" + suffix, mode)] = lambda m=mode, g=graphed: scst_update(
-            graphs, model, features, mask, scst_sample(model, features, mask, size, m, autocast), optimizer, rewards, g)
+            graphs, model, features, mask, scst_sample(model, features, mask, size, m, amp), optimizer, rewards, g)
         jobs[("transformer", "scst sample" + suffix, mode)] = lambda m=mode: scst_sample(model, features, mask, size,
-                                                                                         m, autocast)
+                                                                                         m, amp)
     jobs[("transformer", "scst update" + suffix, "eager")] = lambda: scst_update(graphs, model, features, mask, drawn,
                                                                                  optimizer, rewards, False)
     if best == "graphs":
@@ -326,8 +326,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the markdown table here")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     parser.add_argument("--profile", action="store_true",
-                        help="also profile one call of each SCST job and the Transformer's greedy: device busy "
-                             "time against wall time, kernel count, the longest kernels (a table after the targets)")
+                        help="also profile one call of each SCST job and of the Transformer's and the reference's "
+                             "greedy decodes: device busy time against wall time, kernel count, GFLOP, TFLOP/s, the "
+                             "longest kernels (a table after the targets)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device, size = torch.device(args.device), QUICK if args.quick else PAPER
