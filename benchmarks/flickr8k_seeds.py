@@ -123,13 +123,18 @@ def bootstrap_table(out: Path, arms: list[str], refs: dict) -> list[str]:
     return lines
 
 
+def history_curves(out: Path, arm: str) -> list[dict]:
+    """The history curve (``catcap analyze history``'s JSON, one checkpoint) of each finished run
+    of ``arm`` that has one."""
+    files = [run / "history" / "history_weight.json" for run in runs_of(out, arm).values()]
+    return [json.loads(f.read_text())["checkpoints"][0] for f in files if f.is_file()]
+
+
 def history_table(out: Path, arms: list[str]) -> list[str]:
     lines = ["| arm | seeds | a_1 | a_2 | a_3 | a_5 | a_8 | mean over words | AWC beta (mean over heads) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for arm in arms:
-        curves = [json.loads((run / "history" / "history_weight.json").read_text())
-                  for run in runs_of(out, arm).values() if (run / "history" / "history_weight.json").is_file()]
-        curves = [c["checkpoints"][0] for c in curves]
+        curves = history_curves(out, arm)
         if not curves:
             continue
         cells = []
@@ -153,8 +158,7 @@ def arm_curves(out: Path, arms: list[str]) -> list:
     names = {f.name for f in dataclasses.fields(HistoryCurve)}
     result = []
     for arm in arms:
-        runs = [json.loads((run / "history" / "history_weight.json").read_text())["checkpoints"][0]
-                for run in runs_of(out, arm).values() if (run / "history" / "history_weight.json").is_file()]
+        runs = history_curves(out, arm)
         if not runs:
             continue
         length = min(len(c["mean"]) for c in runs)

@@ -13,8 +13,9 @@
 #    SCST updates replayed as graphs == eager updates (test_scst_update_graphs.py);
 # 6. benchmarks/gpu/targets.py: issue 39's target table (catcap today / static / CUDA graphs
 #    against the static reference decoder, self-critical.pytorch from SC=DIR if given, an SCST
-#    step in fp32 and bf16, CACA ratios, device busy time against wall time per job); the table and the card, driver and torch go to OUT_DIR/targets.md and
-#    are appended to benchmarks/results/gpu.md (copy that file back: the run's only record);
+#    step in fp32 and bf16, CACA ratios; with --profile, device busy time against wall time per
+#    job); the table and the card, driver and torch go to OUT_DIR/targets.md and are appended to
+#    benchmarks/results/gpu.md (copy that file back: the run's only record);
 # 2. benchmarks/decode.py on CUDA, fp32 and bf16 autocast: the paper-size Transformer, CAT,
 #    LightCAT, M2 and M2 + CACA (50 images: greedy, beam 5, one XE step);
 # 3. benchmarks/gpu_captions.py: the bundled model from photo files on the GPU, fp32 and bf16,
