@@ -11,9 +11,11 @@
 # The summary (per seed, mean and spread, pooled paired bootstrap): benchmarks/flickr8k_seeds.py.
 # 94-153 min per XE run on one core at its median logged rate (seed 0, beside the other lane; SCST
 # not yet run); each lane is one process at one thread, so two lanes share the 2-core machine.
+# Lanes share the work: a lane takes a run only while it holds the run's lock
+# (OUT_DIR/.<run>.lock, flock; freed when the lane's process ends, even killed), and skips a run
+# another lane holds, so `xe; scst` beside `lstm; xe; scst` keeps both cores busy to the end.
 # Interrupt at will: a rerun resumes each training from its last checkpoint (--resume) and skips
-# whatever is finished.
-# Needs data/flickr8k/dataset_flickr8k.json and data/flickr8k/lite2.h5 (configs/experiments/flickr8k_cat_lite2.yaml).
+# whatever is finished. Lane scst skips an arm whose XE run is not finished yet (rerun it later).
 # XE_ARMS="transformer cat_literal" limits lane xe to those arms (default all three); SEEDS="0" to seeds.
 # Usage: bash benchmarks/flickr8k_seeds.sh xe|lstm|scst [OUT_DIR] [ARMS for scst, default "cat_literal transformer"]
 set -euo pipefail
@@ -28,6 +30,17 @@ declare -A config=(
   [transformer]=flickr8k_transformer_lite2 [cat]=flickr8k_cat_lite2 [cat_literal]=flickr8k_cat_lite2_literal
   [cat_literal_noawc]=flickr8k_cat_lite2_literal [updown]=flickr8k_updown_lite2 [updown_caca]=flickr8k_updown_caca_lite2)
 declare -A extra=([cat_literal_noawc]="train.awc.enabled=false")
+mkdir -p $out
+
+# claim RUN: hold RUN's lock (true), or say that another lane holds it (false); release with `release`
+claim() {
+  exec {lock}>"$out/.$(basename $1).lock"
+  flock -n $lock && return 0
+  exec {lock}>&-
+  echo "[seeds] $1 is being trained by another lane: skipped here" >&2
+  return 1
+}
+release() { exec {lock}>&-; }
 
 # score RUN: beam-3 val results and scores of RUN/best; the history curve for CACA models
 score() {
@@ -43,6 +56,7 @@ score() {
 train() {
   local arm=$1 seed=$2; shift 2
   local run=$out/${arm}_s$seed
+  claim $run || return 0
   if [ ! -e $run/done ]; then
     local resume=$([ -e $run/last ] && echo --resume || true)
     catcap train --config configs/experiments/${config[$arm]}.yaml out_dir=$run train.seed=$seed \
@@ -50,6 +64,7 @@ train() {
     touch $run/done
   fi
   score $run
+  release
 }
 
 case $lane in
@@ -57,8 +72,9 @@ case $lane in
   lstm) for seed in $seeds; do for arm in updown updown_caca; do train $arm $seed; done; done
         train cat_literal_noawc 0 ;;
   scst) for seed in $seeds; do for arm in ${3:-cat_literal transformer}; do
-          [ -e $out/${arm}_s$seed/done ] || { echo "XE run $out/${arm}_s$seed is not finished" >&2; exit 2; }
+          [ -e $out/${arm}_s$seed/done ] || { echo "[seeds] XE run $out/${arm}_s$seed is not finished: its SCST run skipped" >&2; continue; }
           run=$out/${arm}_scst_s$seed
+          claim $run || continue
           if [ ! -e $run/done ]; then
             resume=$([ -e $run/last ] && echo --resume || true)
             catcap train --config configs/experiments/${config[$arm]}.yaml out_dir=$run train.seed=$seed \
@@ -68,6 +84,7 @@ case $lane in
             touch $run/done
           fi
           score $run
+          release
         done; done ;;
   *) echo "unknown lane $lane: xe, lstm or scst" >&2; exit 2 ;;
 esac
