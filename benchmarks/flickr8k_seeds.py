@@ -14,7 +14,9 @@ wall time) and, for CACA runs, the history weight per word position (``history/h
    and the number of documents alike, so an item's CIDEr-D is its per-seed score;
 4. the history weight per position (mean over seeds, layer 3 of 3), against the paper's Fig. 5
    (about 0.07 at the first word, about 0.2 later); ``--plot FILE.png`` draws those curves, one
-   line per arm (catcap.viz.history_plots, as ``catcap analyze history`` draws one run's).
+   line per arm (catcap.viz.history_plots, as ``catcap analyze history`` draws one run's);
+5. per CACA arm and decoder layer: the history weight at the first word, over all words, and the
+   learned AWC target (lower layers from ``history_layerK/``, K = 0 the bottom).
 
 Usage: python benchmarks/flickr8k_seeds.py [OUT_DIR] [--refs data/flickr8k/dataset_flickr8k.json] [--plot FILE.png]
 Arms without finished runs are left out (say which), so it runs on a partial experiment too.
@@ -123,11 +125,33 @@ def bootstrap_table(out: Path, arms: list[str], refs: dict) -> list[str]:
     return lines
 
 
-def history_curves(out: Path, arm: str) -> list[dict]:
-    """The history curve (``catcap analyze history``'s JSON, one checkpoint) of each finished run
-    of ``arm`` that has one."""
-    files = [run / "history" / "history_weight.json" for run in runs_of(out, arm).values()]
+def history_curves(out: Path, arm: str, folder: str = "history") -> list[dict]:
+    """The history curve (``catcap analyze history``'s JSON, one checkpoint) in ``folder`` of each
+    finished run of ``arm`` that has one: ``history`` the top decoder layer, ``history_layerK``
+    layer K (0 = the bottom)."""
+    files = [run / folder / "history_weight.json" for run in runs_of(out, arm).values()]
     return [json.loads(f.read_text())["checkpoints"][0] for f in files if f.is_file()]
+
+
+def layer_table(out: Path, arms: list[str]) -> list[str]:
+    """Per CACA arm and decoder layer (mean over its seeds): the history weight at the first word,
+    its mean over words and the learned AWC target; which layers use the history, and how much."""
+    lines = ["| arm | layer | seeds | a_1 | mean over words | AWC beta (mean over heads) |", "|---|---|---|---|---|---|"]
+    for arm in arms:
+        top = history_curves(out, arm)
+        if not top:
+            continue
+        layers = top[0]["num_layers"]
+        for k in range(layers):
+            curves = top if k == layers - 1 else history_curves(out, arm, f"history_layer{k}")
+            if not curves:
+                continue
+            betas = [statistics.mean(c["beta"]) for c in curves if c.get("beta")]
+            lines.append(f"| {LABELS[arm]} | {k + 1} of {layers} | {len(curves)} | "
+                         f"{statistics.mean(c['mean'][0] for c in curves):.3f} | "
+                         f"{statistics.mean(c['overall'] for c in curves):.3f} | "
+                         f"{f'{statistics.mean(betas):.3f}' if betas else '-'} |")
+    return lines
 
 
 def history_table(out: Path, arms: list[str]) -> list[str]:
@@ -188,7 +212,8 @@ def main() -> None:
     for title, table in (("Per seed (val, 1,000 photos, beam 3, x100)", scores_table(out, arms)),
                          ("Mean ± standard deviation over seeds", mean_table(out, arms)),
                          ("Paired bootstrap on pooled captions (image x seed)", bootstrap_table(out, arms, refs)),
-                         ("History weight per word position (top layer, 250 val photos, greedy)", history_table(out, arms))):
+                         ("History weight per word position (top layer, 250 val photos, greedy)", history_table(out, arms)),
+                         ("History weight per decoder layer (250 val photos, greedy)", layer_table(out, arms))):
         print(f"## {title}\n")
         print("\n".join(table) + "\n")
     curves = arm_curves(out, arms)

@@ -42,14 +42,21 @@ claim() {
 }
 release() { exec {lock}>&-; }
 
-# score RUN: beam-3 val results and scores of RUN/best; the history curve for CACA models
+# score RUN: beam-3 val results and scores of RUN/best; for CACA models the history curve of the
+# top decoder layer (RUN/history) and of each lower one (RUN/history_layerK, K = 0 the bottom)
 score() {
   local run=$1
   [ -e $run/val_beam3.json ] || catcap evaluate --checkpoint $run/best --split val --beam 3 --quiet \
       --save-results $run/val_beam3_results.json --output $run/val_beam3.json
-  if grep -q '"cross_attention": "\(light_\)\?caca"' $run/best/config.json 2>/dev/null && [ ! -e $run/history/history_weight.json ]; then
+  grep -q '"cross_attention": "\(light_\)\?caca"' $run/best/config.json 2>/dev/null || return 0
+  [ -e $run/history/history_weight.json ] || \
     catcap analyze history --checkpoint $run/best --out $run/history --split val --limit 250 --quiet
-  fi
+  local layers=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["checkpoints"][0]["num_layers"])' \
+      $run/history/history_weight.json)
+  for ((k = 0; k < layers - 1; k++)); do
+    [ -e $run/history_layer$k/history_weight.json ] || catcap analyze history --checkpoint $run/best \
+        --out $run/history_layer$k --layer $k --split val --limit 250 --quiet
+  done
 }
 
 # train ARM SEED [OVERRIDES...]: one XE run, resumed if it was interrupted

@@ -23,7 +23,8 @@ case $cmd in
   train)    echo "train $out" >> "$CALLS"; sleep "${TRAIN_S:-0}"; mkdir -p $out/best
             echo '{"model": {"cross_attention": "caca"}}' > $out/best/config.json ;;
   evaluate) while [ $# -gt 0 ]; do [ "$1" = --output ] && echo '{}' > "$2"; shift; done ;;
-  analyze)  while [ $# -gt 0 ]; do [ "$1" = --out ] && mkdir -p "$2" && echo '{}' > "$2/history_weight.json"; shift; done ;;
+  analyze)  while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done; echo "analyze $out" >> "$CALLS"
+            mkdir -p $out; echo '{"checkpoints": [{"num_layers": 3}]}' > $out/history_weight.json ;;
 esac
 """
 
@@ -45,9 +46,11 @@ def lane(tmp_path: Path, env: dict, *args: str, **more) -> subprocess.CompletedP
                           text=True, timeout=120)
 
 
-def trained(tmp_path: Path) -> list[str]:
+def trained(tmp_path: Path, command: str = "train") -> list[str]:
+    """The folders of the stand-in's ``command`` calls (train: the runs; analyze: the history folders)."""
     calls = tmp_path / "calls.log"
-    return [line.split()[1] for line in calls.read_text().splitlines()] if calls.exists() else []
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return [line.split()[1] for line in lines if line.split()[0] == command]
 
 
 def test_a_lane_skips_the_run_another_lane_holds_and_takes_it_once_it_is_free(tmp_path):
@@ -64,7 +67,10 @@ def test_a_lane_skips_the_run_another_lane_holds_and_takes_it_once_it_is_free(tm
     assert done.returncode == 0, done.stderr
     assert trained(tmp_path)[2:] == ["runs/flickr8k_seeds/cat_s0"]
     assert (tmp_path / "runs" / "flickr8k_seeds" / "cat_s0" / "val_beam3.json").exists()
-    assert (tmp_path / "runs" / "flickr8k_seeds" / "cat_s0" / "history" / "history_weight.json").exists()
+    # a CACA run's history curve: the top layer, then each lower one of its 3 (the stand-in's count)
+    assert [a for a in trained(tmp_path, "analyze") if "/cat_s0/" in a] == [
+        "runs/flickr8k_seeds/cat_s0/history", "runs/flickr8k_seeds/cat_s0/history_layer0",
+        "runs/flickr8k_seeds/cat_s0/history_layer1"]
 
 
 def test_two_lanes_side_by_side_train_every_run_once(tmp_path):

@@ -17,7 +17,9 @@ IMAGES = {1: ["a dog runs on the grass", "a brown dog is running"], 2: ["a man r
           3: ["two children play in the water", "kids splash in a pool"]}
 
 
-def make_run(out: Path, arm: str, seed: int, cider: float, captions: dict, history: dict | None = None) -> None:
+def make_run(out: Path, arm: str, seed: int, cider: float, captions: dict, history: dict | None = None,
+             lower: list[dict] = ()) -> None:
+    """A finished run folder; ``history``: its top layer's curve, ``lower``: layers 0.. below it."""
     run = out / f"{arm}_s{seed}"
     run.mkdir(parents=True)
     (run / "val_beam3.json").write_text(json.dumps({"corpus": {"Bleu_4": 0.2, "METEOR": 0.19, "ROUGE_L": 0.45,
@@ -26,13 +28,15 @@ def make_run(out: Path, arm: str, seed: int, cider: float, captions: dict, histo
     records = [{"kind": "train", "step": 10, "epoch": 0, "batches_per_s": 0.5},
                {"kind": "val", "step": 10, "epoch": 0, "CIDEr": cider}]
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    if history:
-        (run / "history").mkdir()
+    layers = len(lower) + 1
+    for k, (folder, curve) in enumerate([*((f"history_layer{k}", c) for k, c in enumerate(lower)),
+                                         *([("history", history)] if history else [])]):
+        (run / folder).mkdir()
         curve = {"label": arm, "checkpoint": str(run / "best"), "cross_attention": "caca", "strategy": "chc",
-                 "awc": True, "layer": 0, "num_layers": 1, "split": "val", "images": 3, "include_eos": True,
-                 "per_head": [history["mean"]], "captions": {}, "overall": sum(history["mean"]) / len(history["mean"]),
-                 **history}
-        (run / "history" / "history_weight.json").write_text(json.dumps({"checkpoints": [curve]}))
+                 "awc": True, "layer": k, "num_layers": layers, "split": "val", "images": 3, "include_eos": True,
+                 "per_head": [curve["mean"]], "captions": {}, "overall": sum(curve["mean"]) / len(curve["mean"]),
+                 **curve}
+        (run / folder / "history_weight.json").write_text(json.dumps({"checkpoints": [curve]}))
 
 
 def experiment(tmp_path: Path) -> tuple[Path, Path]:
@@ -43,6 +47,9 @@ def experiment(tmp_path: Path) -> tuple[Path, Path]:
     make_run(out, "updown", 1, 0.52, poor)
     make_run(out, "updown_caca", 0, 0.55, good, {"mean": [0.1, 0.2, 0.3], "counts": [3, 3, 2], "beta": [0.2]})
     make_run(out, "updown_caca", 1, 0.57, good, {"mean": [0.3, 0.4], "counts": [3, 1], "beta": [0.4]})
+    make_run(out, "cat_literal", 0, 0.51, poor, {"mean": [0.0, 0.02], "counts": [3, 3], "beta": [0.01]},
+             lower=[{"mean": [0.1, 0.3], "counts": [3, 3], "beta": [0.2]},
+                    {"mean": [0.05, 0.05], "counts": [3, 3], "beta": [0.04]}])
     refs = tmp_path / "karpathy.json"
     refs.write_text(json.dumps({"images": [
         {"imgid": i, "filename": f"{i}.jpg", "split": "val",
@@ -70,4 +77,9 @@ def test_the_report_and_its_plot(tmp_path):
     assert float(row.split("|")[5]) > 0  # the references themselves beat "a thing" on every (image, seed)
     # a_3 from the one seed whose curve reached word 3; overall and beta: means over the seeds
     assert "| Up-Down + CACA + AWC | 2 | 0.200 | 0.300 | 0.300 | - | - | 0.275 | 0.300 |" in text
+    # per decoder layer: the lower layers' curves next to the top one's (a_1, mean over words, beta)
+    assert "| CAT (the paper's CACA: c_tmp entries) | 1 of 3 | 1 | 0.100 | 0.200 | 0.200 |" in text
+    assert "| CAT (the paper's CACA: c_tmp entries) | 2 of 3 | 1 | 0.050 | 0.050 | 0.040 |" in text
+    assert "| CAT (the paper's CACA: c_tmp entries) | 3 of 3 | 1 | 0.000 | 0.010 | 0.010 |" in text
+    assert "| Up-Down + CACA + AWC | 1 of 1 | 2 | 0.200 | 0.275 | 0.300 |" in text
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
