@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import pytest
 
 from catcap.metrics.errors import MetricInputError, MetricUnavailable
 from catcap.metrics.java import JavaProcessError, _parse_major, find_java, pycocoevalcap_dirs
-from catcap.metrics.meteor import MeteorScorer, clean_hypothesis, meteor_score, score_line
+from catcap.metrics import meteor
+from catcap.metrics.meteor import MeteorScorer, clean_hypothesis, close_shared, meteor_score, score_line, shared_scorer
 
 TOL = 1e-9
 
@@ -131,6 +133,34 @@ def test_a_scorer_is_reusable_and_restarts_after_close(scorer, coco_200):
     assert scorer.score(small_gts, small_res) == first
     scorer.close()
     assert scorer.score(small_gts, small_res) == first
+
+
+@needs_java
+def test_meteor_score_keeps_one_meteor_per_process_and_ends_it_when_idle(monkeypatch):
+    """Scoring several models in one program starts Meteor once (a JVM start is 10-20 s); an idle
+    one goes away by itself."""
+    monkeypatch.setattr(meteor, "IDLE_CLOSE", 1.0)
+    close_shared()  # one made before the patch would keep the default idle time
+    gts, res = {1: ["a cat on a mat", "a cat sitting"]}, {1: "a cat on the mat"}
+    first = meteor_score(gts, res)
+    scorer = shared_scorer()
+    pid = scorer._process.proc.pid
+    assert meteor_score(gts, res) == first and scorer._process.proc.pid == pid  # the same JVM answered
+    deadline = time.monotonic() + 20
+    while scorer.running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not scorer.running(), "the shared Meteor outlived IDLE_CLOSE"
+    close_shared()
+
+
+@needs_java
+def test_the_shared_meteor_follows_the_java_found_now(monkeypatch, tmp_path):
+    """A changed CATCAP_JAVA (or PATH, JAVA_HOME) gets a Meteor of that java, not the earlier one."""
+    (tmp_path / "java").symlink_to(os.path.realpath(JAVA))
+    before = shared_scorer()
+    monkeypatch.setenv("CATCAP_JAVA", str(tmp_path / "java"))
+    after = shared_scorer()
+    assert after is not before and after.command[0] == str(tmp_path / "java") and shared_scorer() is after
 
 
 @needs_java

@@ -17,11 +17,18 @@ while the answers are read, so no pipe can fill up and deadlock; Meteor answers 
 in order, so the numbers are the same as writing one line at a time. stderr is kept for
 error messages, a watchdog kills a process that does not answer in time, and the process
 is always ended.
+
+Starting Meteor costs a JVM and its paraphrase table (about 10-20 s of one core and 1.1 GB), so
+:func:`meteor_score` keeps one process per program (per java, jar, heap and timeout; a forked
+child starts its own) and ends it after ``IDLE_CLOSE`` seconds without a call and at exit:
+``catcap demo --compare`` or an ablation scoring several models starts Meteor once.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
+import os
 import subprocess
 import threading
 import time
@@ -39,6 +46,7 @@ METEOR_JAR = "meteor/meteor-1.5.jar"
 PARAPHRASE_TABLE = "data/paraphrase-en.gz"  # looked up by Meteor next to its jar
 METEOR_ARGS = ("-", "-", "-stdio", "-l", "en", "-norm")
 DEFAULT_TIMEOUT = 600.0
+IDLE_CLOSE = 60.0  # seconds the shared Meteor of meteor_score stays up without a call
 
 
 def _one_line(text: str) -> str:
@@ -180,15 +188,20 @@ class MeteorScorer:
 
     java_heap: the JVM's -Xmx (pycocoevalcap uses 2G). timeout: seconds one :meth:`score`
     call may take, JVM start included, before the process is killed (None: no limit).
+    idle_close: end the process after this many seconds without a call (None: keep it until
+    :meth:`close`); the next call starts a new one.
     """
 
-    def __init__(self, *, java_heap: str = "2G", timeout: float | None = DEFAULT_TIMEOUT):
-        java = find_java(METRIC)
+    def __init__(self, *, java_heap: str = "2G", timeout: float | None = DEFAULT_TIMEOUT,
+                 idle_close: float | None = None, java: str | None = None):
+        java = java or find_java(METRIC)
         java_major_version(java, METRIC)
         self.jar = find_meteor_jar()
         self.command = [java, f"-Xmx{java_heap}", "-jar", str(self.jar), *METEOR_ARGS]
         self.timeout = timeout
+        self.idle_close = idle_close
         self._process: _MeteorProcess | None = None
+        self._idle: threading.Timer | None = None
         self._lock = threading.Lock()
 
     def score(self, gts: Mapping[K, Sequence[str]], res: Mapping[K, str]) -> tuple[float, dict[K, float]]:
@@ -196,6 +209,7 @@ class MeteorScorer:
         keys = check_inputs(METRIC, gts, res)
         requests = [score_line(gts[k], res[k]) for k in keys]
         with self._lock:
+            self._stop_idle_timer()
             if self._process is None or not self._process.alive():
                 self._process = _MeteorProcess(self.command, self.jar.parent, self.timeout)
             process = self._process
@@ -210,11 +224,25 @@ class MeteorScorer:
                 self._process = None
                 process.close()
                 raise
+            if self.idle_close is not None:
+                self._idle = threading.Timer(self.idle_close, self.close)
+                self._idle.daemon = True
+                self._idle.start()
         return scores[-1], dict(zip(keys, scores[:-1]))
+
+    def _stop_idle_timer(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def running(self) -> bool:
+        """Whether a Meteor process is up (it starts with the first :meth:`score`)."""
+        return self._process is not None and self._process.alive()
 
     def close(self) -> None:
         """End the Meteor process (a later :meth:`score` starts a new one)."""
         with self._lock:
+            self._stop_idle_timer()
             if self._process is not None:
                 self._process.close()
                 self._process = None
@@ -240,5 +268,29 @@ def meteor_score(gts: Mapping[K, Sequence[str]], res: Mapping[K, str], *, java_h
     MetricInputError for malformed inputs.
     """
     check_inputs(METRIC, gts, res)  # before paying for a JVM start
-    with MeteorScorer(java_heap=java_heap, timeout=timeout) as scorer:
-        return scorer.score(gts, res)
+    return shared_scorer(java_heap, timeout).score(gts, res)
+
+
+_SHARED: dict[tuple, MeteorScorer] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_scorer(java_heap: str = "2G", timeout: float | None = DEFAULT_TIMEOUT) -> MeteorScorer:
+    """This process's Meteor for the java and jar found now (module doc): started by its first
+    call, ended ``IDLE_CLOSE`` seconds after its last and at exit."""
+    java, jar = find_java(METRIC), find_meteor_jar()
+    key = (os.getpid(), java, jar, java_heap, timeout)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = MeteorScorer(java_heap=java_heap, timeout=timeout, idle_close=IDLE_CLOSE, java=java)
+        return _SHARED[key]
+
+
+@atexit.register
+def close_shared() -> None:
+    """End this process's shared Meteor processes (those a forked parent started are its own)."""
+    with _SHARED_LOCK:
+        mine = [k for k in _SHARED if k[0] == os.getpid()]
+        scorers = [_SHARED.pop(k) for k in mine]
+    for scorer in scorers:
+        scorer.close()
