@@ -35,7 +35,8 @@ LABELS = {"transformer": "Transformer", "cat": "CAT (catcap's CACA: LayerNorm(c_
           "cat_literal": "CAT (the paper's CACA: c_tmp entries)", "cat_literal_noawc": "CAT (paper's CACA), no AWC",
           "updown": "Up-Down", "updown_caca": "Up-Down + CACA + AWC", "transformer_scst": "Transformer + SCST",
           "cat_scst": "CAT (catcap's CACA) + SCST", "cat_literal_scst": "CAT (paper's CACA) + SCST"}
-PAIRS = (("transformer", "cat"), ("transformer", "cat_literal"), ("cat", "cat_literal"), ("updown", "updown_caca"),
+PAIRS = (("transformer", "cat"), ("transformer", "cat_literal"), ("cat", "cat_literal"),
+         ("cat_literal_noawc", "cat_literal"), ("updown", "updown_caca"),
          ("transformer_scst", "cat_scst"), ("transformer_scst", "cat_literal_scst"), ("cat_scst", "cat_literal_scst"))
 METRICS = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 
