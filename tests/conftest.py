@@ -22,6 +22,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 DATA = Path(__file__).parent / "metrics" / "data"
 
+# The folders whose tests take longest (whole trainings, torchrun, the demo: 25-100 s each) run
+# first, each module kept whole (its module fixtures are built once): on `pytest -n 2` the long
+# tests then start early and the thousands of short ones fill in at the end, instead of one
+# worker finishing a 100-s test while the other idles.
+LONG_FIRST = ("e2e", "distributed", "mml", "reliability")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+        return LONG_FIRST.index(parts[0]) if len(parts) > 1 and parts[0] in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: every module's tests stay together and in their order
+
 
 @pytest.fixture(scope="session")
 def coco_sample():
