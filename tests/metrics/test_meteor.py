@@ -163,6 +163,26 @@ def test_the_shared_meteor_follows_the_java_found_now(monkeypatch, tmp_path):
     assert after is not before and after.command[0] == str(tmp_path / "java") and shared_scorer() is after
 
 
+def _child_gets_its_own(inherited, answer):
+    answer.put(shared_scorer() is not inherited and shared_scorer() is shared_scorer())
+
+
+@needs_java
+def test_a_forked_child_gets_its_own_shared_meteor():
+    """A child must not talk to its parent's Meteor through inherited pipes (DataLoader workers,
+    multiprocessing): the shared one is per process."""
+    import multiprocessing
+
+    parent = shared_scorer()
+    context = multiprocessing.get_context("fork")
+    answer = context.Queue()
+    child = context.Process(target=_child_gets_its_own, args=(parent, answer))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and answer.get(timeout=5) is True
+    assert shared_scorer() is parent
+
+
 @needs_java
 def test_a_dying_jvm_is_reported_with_its_stderr():
     scorer = MeteorScorer(java_heap="1k")  # the JVM refuses to start with this heap
