@@ -136,6 +136,10 @@ def run_demo(out_dir: str | Path = "runs/demo", *, num_train: int = 3000, overri
             + (f" [{i + 1}/{len(plans)}]" if compare else ""))
         results[name] = train_and_score(cfg, beam, log)
         log(f"[catcap] 3/4 captioned the test split with {label} (beam {beam})")
+        if not any(results[name][2]):
+            log(f"[catcap] warning: {label} wrote no word for any test image (it emits <eos> first): it is "
+                f"under-trained after {cfg.train.epochs} epoch(s); its scores are those of empty captions. "
+                f"Give it more, e.g. train.epochs={4 * cfg.train.epochs}")
     cfg = next(iter(plans.values()))
     train = load_karpathy(cfg.data.dataset, [cfg.data.train_split])[cfg.data.train_split]
     test = load_karpathy(cfg.data.dataset, [cfg.data.test_split])[cfg.data.test_split]

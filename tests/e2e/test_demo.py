@@ -52,6 +52,9 @@ def test_demo_compare_prints_one_table_for_five_models(tmp_path):
             lstm["model"]["d_model"], lstm["model"]["rnn"]) == ("updown", "caca", 1, 128, {
                 "word_dim": 64, "att_hidden": 64, "maxout": False, "pooled_embedding": True})  # updown.yaml's official form
     assert lstm["train"]["schedule"]["name"] == "step" and lstm["train"]["scheduled_sampling"]["enabled"]
+    # 4 steps of Up-Down's step schedule write no word: said, not left as a column of zeros
+    empty = re.findall(r"warning: the tiny (\S+) wrote no word for any test image", proc.stderr + out)
+    assert empty == ["updown_caca"], (empty, out)
 
 
 def test_demo_compare_rejects_an_unknown_preset(tmp_path):
