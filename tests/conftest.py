@@ -31,7 +31,7 @@ LONG_FIRST = ("e2e", "distributed", "mml", "reliability")
 
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
-        parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+        parts = item.path.relative_to(Path(__file__).parent).parts
         return LONG_FIRST.index(parts[0]) if len(parts) > 1 and parts[0] in LONG_FIRST else len(LONG_FIRST)
 
     items.sort(key=rank)  # stable: every module's tests stay together and in their order

@@ -18,10 +18,10 @@ in order, so the numbers are the same as writing one line at a time. stderr is k
 error messages, a watchdog kills a process that does not answer in time, and the process
 is always ended.
 
-Starting Meteor costs a JVM and its paraphrase table (about 10-20 s of one core and 1.1 GB), so
-:func:`meteor_score` keeps one process per program (per java, jar, heap and timeout; a forked
-child starts its own) and ends it after ``IDLE_CLOSE`` seconds without a call and at exit:
-``catcap demo --compare`` or an ablation scoring several models starts Meteor once.
+Starting Meteor costs a JVM and its paraphrase table (5-6 s of a quiet core, 18-23 s of a busy
+one, and 1.1 GB), so :func:`meteor_score` keeps one process per program (per java, jar, heap and
+timeout; a forked child starts its own) and ends it after ``IDLE_CLOSE`` seconds without a call
+and at exit: ``catcap demo --compare`` or an ablation scoring several models starts Meteor once.
 """
 
 from __future__ import annotations
