@@ -59,10 +59,10 @@ score() {
   done
 }
 
-# train ARM SEED [OVERRIDES...]: one XE run, resumed if it was interrupted
+# train RUN ARM SEED [OVERRIDES...]: one training of ARM's config into RUN (resumed if it was
+# interrupted, skipped if another lane holds it), then scored
 train() {
-  local arm=$1 seed=$2; shift 2
-  local run=$out/${arm}_s$seed
+  local run=$1 arm=$2 seed=$3; shift 3
   claim $run || return 0
   if [ ! -e $run/done ]; then
     local resume=$([ -e $run/last ] && echo --resume || true)
@@ -75,23 +75,15 @@ train() {
 }
 
 case $lane in
-  xe)   for seed in $seeds; do for arm in ${XE_ARMS:-transformer cat cat_literal}; do train $arm $seed; done; done ;;
-  lstm) for seed in $seeds; do for arm in updown updown_caca; do train $arm $seed; done; done
-        train cat_literal_noawc 0 ;;
+  xe)   for seed in $seeds; do for arm in ${XE_ARMS:-transformer cat cat_literal}; do
+          train $out/${arm}_s$seed $arm $seed; done; done ;;
+  lstm) for seed in $seeds; do for arm in updown updown_caca; do train $out/${arm}_s$seed $arm $seed; done; done
+        train $out/cat_literal_noawc_s0 cat_literal_noawc 0 ;;
   scst) for seed in $seeds; do for arm in ${3:-cat_literal transformer}; do
           [ -e $out/${arm}_s$seed/done ] || { echo "[seeds] XE run $out/${arm}_s$seed is not finished: its SCST run skipped" >&2; continue; }
-          run=$out/${arm}_scst_s$seed
-          claim $run || continue
-          if [ ! -e $run/done ]; then
-            resume=$([ -e $run/last ] && echo --resume || true)
-            catcap train --config configs/experiments/${config[$arm]}.yaml out_dir=$run train.seed=$seed \
-                train.progress=false train.objective=scst train.init_from=$out/${arm}_s$seed/best train.epochs=3 \
-                train.awc.enabled=false train.scst.baseline=mean train.scst.num_samples=5 train.scst.lr=2.0e-5 \
-                train.scst.max_len=16 train.scst.patience=2 $resume
-            touch $run/done
-          fi
-          score $run
-          release
+          train $out/${arm}_scst_s$seed $arm $seed train.objective=scst train.init_from=$out/${arm}_s$seed/best \
+              train.epochs=3 train.awc.enabled=false train.scst.baseline=mean train.scst.num_samples=5 \
+              train.scst.lr=2.0e-5 train.scst.max_len=16 train.scst.patience=2
         done; done ;;
   *) echo "unknown lane $lane: xe, lstm or scst" >&2; exit 2 ;;
 esac
