@@ -18,8 +18,11 @@ wall time) and, for CACA runs, the history weight per word position (``history/h
 5. per CACA arm and decoder layer: the history weight at the first word, over all words, and the
    learned AWC target (lower layers from ``history_layerK/``, K = 0 the bottom).
 
-Usage: python benchmarks/flickr8k_seeds.py [OUT_DIR] [--refs data/flickr8k/dataset_flickr8k.json] [--plot FILE.png]
-Arms without finished runs are left out (say which), so it runs on a partial experiment too.
+Usage: python benchmarks/flickr8k_seeds.py [RUNS] [--refs data/flickr8k/dataset_flickr8k.json] [--plot FILE.png]
+RUNS defaults to benchmarks/results/flickr8k_seeds, where the lanes record every finished run's
+small files (committed, so the experiment outlives the machine that trained it); the lanes' OUT_DIR
+(runs/flickr8k_seeds) works too. Arms without finished runs are left out (say which), so it runs on
+a partial experiment too.
 """
 
 from __future__ import annotations
@@ -199,7 +202,8 @@ def arm_curves(out: Path, arms: list[str]) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", nargs="?", default="runs/flickr8k_seeds", help="the lanes' OUT_DIR")
+    parser.add_argument("out", nargs="?", default="benchmarks/results/flickr8k_seeds",
+                        help="the recorded runs (the lanes' RECORD, default) or the lanes' OUT_DIR")
     parser.add_argument("--refs", default="data/flickr8k/dataset_flickr8k.json", help="the Karpathy file of the runs")
     parser.add_argument("--plot", type=Path, help="also draw the history weight per word position of every CACA arm here (PNG)")
     args = parser.parse_args()

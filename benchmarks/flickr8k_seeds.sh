@@ -16,15 +16,25 @@
 # another lane holds, so `xe; scst` beside `lstm; xe; scst` keeps both cores busy to the end.
 # Interrupt at will: a rerun resumes each training from its last checkpoint (--resume) and skips
 # whatever is finished. Lane scst skips an arm whose XE run is not finished yet (rerun it later).
+# Finished runs outlive the machine: each scored run's small files (scores, the 1,000 val captions,
+# its training log, its config, its history curves; no weights) are copied into RECORD
+# (default benchmarks/results/flickr8k_seeds, committed), written to a temporary folder and renamed,
+# and a lane skips any run RECORD holds. The summary reads RECORD (benchmarks/flickr8k_seeds.py).
+# Checkpoints are not recorded, so lane xe trains the SCST run of each arm in SCST_ARMS (default
+# "cat_literal transformer"; SCST_ARMS= for none) right after its XE run, from the XE checkpoint
+# on this machine.
 # XE_ARMS="transformer cat_literal" limits lane xe to those arms (default all three); SEEDS="0" to seeds.
-# Usage: bash benchmarks/flickr8k_seeds.sh xe|lstm|scst [OUT_DIR] [ARMS for scst, default "cat_literal transformer"]
+# Lane record copies every finished run of OUT_DIR into RECORD (runs scored by an older script).
+# Usage: bash benchmarks/flickr8k_seeds.sh xe|lstm|scst|record [OUT_DIR] [ARMS for scst, default SCST_ARMS]
 set -euo pipefail
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-lane=${1:?usage: flickr8k_seeds.sh xe|lstm|scst [OUT_DIR] [ARMS]}
+lane=${1:?usage: flickr8k_seeds.sh xe|lstm|scst|record [OUT_DIR] [ARMS]}
 out=${2:-runs/flickr8k_seeds}
 seeds=${SEEDS:-0 1 2}
+record=${RECORD:-benchmarks/results/flickr8k_seeds}
+scst_arms=${SCST_ARMS-cat_literal transformer}
 for f in data/flickr8k/dataset_flickr8k.json data/flickr8k/lite2.h5; do
-  [ -e $f ] || { echo "missing $f: make it as configs/experiments/flickr8k_cat_lite2.yaml says" >&2; exit 2; }
+  [ $lane = record ] || [ -e $f ] || { echo "missing $f: make it as configs/experiments/flickr8k_cat_lite2.yaml says" >&2; exit 2; }
 done
 declare -A config=(
   [transformer]=flickr8k_transformer_lite2 [cat]=flickr8k_cat_lite2 [cat_literal]=flickr8k_cat_lite2_literal
@@ -59,10 +69,31 @@ score() {
   done
 }
 
+# recorded RUN: RECORD holds RUN's files (it finished and was scored, maybe on another machine)
+recorded() { [ -e $record/$(basename $1)/val_beam3_results.json ]; }
+
+# keep RUN: copy a finished, scored RUN's small files into RECORD/RUN (temporary folder, renamed)
+keep() {
+  local run=$1 name=$(basename $1)
+  recorded $run && return 0
+  mkdir -p $record
+  local tmp=$(mktemp -d $record/.$name.XXXXXX)
+  cp $run/val_beam3.json $run/val_beam3_results.json $run/log.jsonl $tmp/
+  cp $run/best/config.json $tmp/config.json
+  for h in $run/history $run/history_layer*; do
+    [ -e $h/history_weight.json ] || continue
+    mkdir -p $tmp/$(basename $h) && cp $h/history_weight.json $tmp/$(basename $h)/
+  done
+  chmod 755 $tmp
+  mv -T $tmp $record/$name
+  echo "[seeds] $run recorded in $record/$name" >&2
+}
+
 # train RUN ARM SEED [OVERRIDES...]: one training of ARM's config into RUN (resumed if it was
-# interrupted, skipped if another lane holds it), then scored
+# interrupted, skipped if another lane holds it or RECORD has it), then scored and recorded
 train() {
   local run=$1 arm=$2 seed=$3; shift 3
+  recorded $run && { echo "[seeds] $run is recorded in $record: skipped" >&2; return 0; }
   claim $run || return 0
   if [ ! -e $run/done ]; then
     local resume=$([ -e $run/last ] && echo --resume || true)
@@ -71,19 +102,38 @@ train() {
     touch $run/done
   fi
   score $run
+  keep $run
   release
+}
+
+# scst ARM SEED: the SCST run of ARM's XE run SEED, from its best checkpoint (skipped, saying why,
+# when that XE run is unfinished or its checkpoint is not on this machine)
+scst() {
+  local arm=$1 seed=$2 xe=$out/${1}_s$2
+  recorded $out/${arm}_scst_s$seed && { echo "[seeds] $out/${arm}_scst_s$seed is recorded in $record: skipped" >&2; return 0; }
+  if [ ! -e $xe/done ]; then
+    if recorded $xe; then
+      echo "[seeds] XE run $xe is recorded but its checkpoint is not on this machine: its SCST run skipped (move $record/$(basename $xe) aside to train both again)" >&2
+    else
+      echo "[seeds] XE run $xe is not finished: its SCST run skipped" >&2
+    fi
+    return 0
+  fi
+  train $out/${arm}_scst_s$seed $arm $seed train.objective=scst train.init_from=$xe/best \
+      train.epochs=3 train.awc.enabled=false train.scst.baseline=mean train.scst.num_samples=5 \
+      train.scst.lr=2.0e-5 train.scst.max_len=16 train.scst.patience=2
 }
 
 case $lane in
   xe)   for seed in $seeds; do for arm in ${XE_ARMS:-transformer cat cat_literal}; do
-          train $out/${arm}_s$seed $arm $seed; done; done ;;
+          train $out/${arm}_s$seed $arm $seed
+          if [[ " $scst_arms " == *" $arm "* ]]; then scst $arm $seed; fi
+        done; done ;;
   lstm) for seed in $seeds; do for arm in updown updown_caca; do train $out/${arm}_s$seed $arm $seed; done; done
         train $out/cat_literal_noawc_s0 cat_literal_noawc 0 ;;
-  scst) for seed in $seeds; do for arm in ${3:-cat_literal transformer}; do
-          [ -e $out/${arm}_s$seed/done ] || { echo "[seeds] XE run $out/${arm}_s$seed is not finished: its SCST run skipped" >&2; continue; }
-          train $out/${arm}_scst_s$seed $arm $seed train.objective=scst train.init_from=$out/${arm}_s$seed/best \
-              train.epochs=3 train.awc.enabled=false train.scst.baseline=mean train.scst.num_samples=5 \
-              train.scst.lr=2.0e-5 train.scst.max_len=16 train.scst.patience=2
-        done; done ;;
-  *) echo "unknown lane $lane: xe, lstm or scst" >&2; exit 2 ;;
+  scst) for seed in $seeds; do for arm in ${3:-$scst_arms}; do scst $arm $seed; done; done ;;
+  record) for run in $out/*_s[0-9]*; do
+          if [ -e $run/done ] && [ -e $run/val_beam3_results.json ]; then keep $run; fi
+        done ;;
+  *) echo "unknown lane $lane: xe, lstm, scst or record" >&2; exit 2 ;;
 esac
