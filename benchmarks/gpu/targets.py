@@ -102,7 +102,7 @@ def catcap_jobs(name, model, features, mask, size, modes) -> dict:
 
 
 def scst_sample(model, features, mask, size, mode: str, amp: Precision):
-    """SCST's sampling as the trainer draws it (training/scst.py draw_captions; training/loop.py: under
+    """SCST's sampling as the trainer draws it (training/scst.py draw_captions; training/scst_steps.py: under
     the run's autocast): 5 per image, eval mode, no grad; ``mode`` today = eager, graphs = static
     loop replayed as a CUDA graph."""
     config = GenerationConfig(do_sample=True, num_return_sequences=5, max_length=size["words"])
@@ -115,7 +115,7 @@ def scst_sample(model, features, mask, size, mode: str, amp: Precision):
 
 
 def scst_update(graphs, model, features, mask, out, optimizer, rewards: torch.Tensor, graphed: bool):
-    """SCST's update as the trainer makes it (training/loop.py): one teacher-forced pass over the
+    """SCST's update as the trainer makes it (training/scst_steps.py): one teacher-forced pass over the
     250 captions (encoder once per image), the mean-of-samples baseline, the policy loss,
     backward, gradient clipping (norm 1, the trainer's default) and fused Adam; ``graphed``:
     replayed as one CUDA graph (training/scst_graph.py), else eagerly."""
@@ -132,7 +132,7 @@ def scst_update(graphs, model, features, mask, out, optimizer, rewards: torch.Te
             raise RuntimeError(f"the SCST update could not be captured: {graphs.refused}")
         return
     optimizer.zero_grad(set_to_none=True)
-    with graphs.precision.autocast():  # the trainer's eager step (training/loop.py _scst_parts)
+    with graphs.precision.autocast():  # the trainer's eager step (training/scst_steps.py ScstSteps.eager)
         loss, _, _ = update_loss(score, features, mask, drawn)
     loss.backward()
     graphs.precision.step(optimizer, params, graphs.grad_clip, graphs.clip_mode)

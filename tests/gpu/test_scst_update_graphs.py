@@ -113,7 +113,7 @@ def test_the_trainer_replays_its_updates_and_ends_where_the_eager_trainer_ends(t
         records = [t.train_step(b) for b in batches]
         runs[flag] = (records, t)
     (g_rec, g), (e_rec, e) = runs["true"], runs["false"]
-    assert g.update_graphs.captures == 1 and not g.update_graphs.refused and e.update_graphs.captures == 0
+    assert g.scst.graphs.captures == 1 and not g.scst.graphs.refused and e.scst.graphs.captures == 0
     for a, b in zip(g_rec, e_rec):
         assert a.keys() == b.keys()
         for k in a:

@@ -100,7 +100,7 @@ def test_a_trainer_on_the_graph_path_ends_where_the_eager_one_ends(world, tmp_pa
         logs, grads = [], []
         t = trainer(world, tmp_path / name, logs)
         if name == "graph":
-            t.update_graphs.capture, t.update_graphs.devices = StandIn, ("cpu",)
+            t.scst.graphs.capture, t.scst.graphs.devices = StandIn, ("cpu",)
         step = t.optimizer.step
 
         def recording_step(*args, t=t, grads=grads, step=step, **kwargs):
@@ -112,8 +112,8 @@ def test_a_trainer_on_the_graph_path_ends_where_the_eager_one_ends(world, tmp_pa
         records = [t.train_step(b) for b in (image_batch(t, 0), image_batch(t, 6), image_batch(t, 0))]
         runs[name] = (records, grads, dict(t.model.named_parameters()), t, logs, StandIn.calls)
     (g_rec, g_grads, g_params, g, g_logs, calls), (e_rec, e_grads, e_params, e, _, _) = runs["graph"], runs["eager"]
-    assert g.update_graphs.captures == 1 and calls == 2 and g.update_graphs.regions == 16
-    assert e.update_graphs.captures == 0
+    assert g.scst.graphs.captures == 1 and calls == 2 and g.scst.graphs.regions == 16
+    assert e.scst.graphs.captures == 0
     assert ("[catcap] SCST updates run eagerly: the optimizer has no state yet (its first step creates it; later "
             "steps are replayed)") in g_logs
     for a, b in zip(g_rec, e_rec):
@@ -141,11 +141,11 @@ def test_cat_with_adaptive_awc_is_replayed_with_or_without_its_betas(world, tmp_
         t = trainer(world, tmp_path / name, [], **{"model.cross_attention": "caca", "train.awc.enabled": True,
                                                    "train.scst.keep_awc": keep_awc})
         if name == "graph":
-            t.update_graphs.capture, t.update_graphs.devices = StandIn, ("cpu",)
+            t.scst.graphs.capture, t.scst.graphs.devices = StandIn, ("cpu",)
         records = [t.train_step(b) for b in (image_batch(t, 0), image_batch(t, 6))]
         runs[name] = (records, t)
     (g_rec, g), (e_rec, e) = runs["graph"], runs["eager"]
-    assert g.update_graphs.captures == 1
+    assert g.scst.graphs.captures == 1
     assert ("awc" in g_rec[1]) == keep_awc and g_rec[1].keys() == e_rec[1].keys()
     for k in g_rec[1]:
         assert g_rec[1][k] == pytest.approx(e_rec[1][k], rel=1e-5, abs=1e-6), k
@@ -159,7 +159,7 @@ def test_a_failed_capture_updates_eagerly_and_is_not_tried_again(world, tmp_path
 
     logs = []
     t = trainer(world, tmp_path / "run", logs)
-    t.update_graphs.capture, t.update_graphs.devices = broken, ("cpu",)
+    t.scst.graphs.capture, t.scst.graphs.devices = broken, ("cpu",)
     b = image_batch(t, 0)
     t.train_step(b)  # eager: no optimizer state
     before = [p.detach().clone() for p in t._parameters()]
@@ -167,7 +167,7 @@ def test_a_failed_capture_updates_eagerly_and_is_not_tried_again(world, tmp_path
     t.train_step(b)
     failed = [m for m in logs if "capturing SCST's update as a CUDA graph failed" in m]
     assert len(failed) == 1 and "operation not permitted" in failed[0]
-    assert t.update_graphs.captures == 0 and len(t.update_graphs.refused) == 1
+    assert t.scst.graphs.captures == 0 and len(t.scst.graphs.refused) == 1
     assert {"loss", "reward", "entropy"} <= record.keys()
     assert any(not torch.equal(a, p) for a, p in zip(before, t._parameters()))  # the fallback stepped
 

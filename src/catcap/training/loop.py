@@ -24,7 +24,6 @@ so one step equals a one-process step on the whole batch.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +35,6 @@ from torch.utils.data import DataLoader
 from catcap import faults
 from catcap.config import to_dict
 from catcap.data.collate import collate_captions, collate_images
-from catcap.data.datasets import ImageDataset
 from catcap.data.vocab import Vocab
 from catcap.folders import restore_aside
 from catcap.models.linear import cpu_gemm_backend
@@ -48,12 +46,10 @@ from catcap.training.distributed import all_sum, barrier, gather_rng_states, set
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.objective import Objective, count_targets, uses_all_parameters
 from catcap.training.precision import Precision
-from catcap.training.reward import CiderReward, cached_document_frequency
 from catcap.training.schedule import learning_rate, set_learning_rate
 from catcap.training.scheduled_sampling import sampling_probability
 from catcap.training.rng import restore_rng, rng_state
-from catcap.training.scst import draw_and_reward, finished_record, scst_loss
-from catcap.training.scst_graph import UpdateGraphs
+from catcap.training.scst_steps import ScstSteps
 from catcap.training.setup import make_model, make_optimizer, prepare_data, seed_everything, use_deterministic
 from catcap.training.starting import check_resumable, load_awc_betas, load_start_weights
 from catcap.training.validate import validate
@@ -119,7 +115,6 @@ class Trainer:
         if start is not None and not resumed:
             load_start_weights(self.model, start, cfg, cfg.train.init_from)
             self.log(f"[catcap] weights and vocabulary from {cfg.train.init_from}")
-        self._reward, self._train_images = None, None
         self.awc = make_awc(cfg)
         if self.awc is not None:
             self.awc.to(self.device)
@@ -129,9 +124,7 @@ class Trainer:
         if cfg.train.compile:
             self.objective.compile_forward()
         self.precision = Precision(cfg.train.precision, self.device)
-        self.update_graphs = UpdateGraphs(self.precision, cfg.train.grad_clip, cfg.train.grad_clip_mode,
-                                          cfg.train.scst.max_len + 1, self.data.vocab.pad_id,
-                                          enabled=cfg.train.scst.cuda_graph, log=self.log)
+        self.scst = ScstSteps(cfg, self.data, self.out, self.dist, self.precision, self.log)
         if self.dist.rank > 0:  # every rank its own dropout/sampling stream (rank 0 = one-process run)
             torch.manual_seed(cfg.train.seed + 7919 * self.dist.rank)
         self.pos = Position(phase="scst" if cfg.train.objective == "scst" else "xe")
@@ -244,9 +237,11 @@ class Trainer:
         if self.pos.phase == "xe":
             set_learning_rate(self.optimizer, learning_rate(t.schedule, self.pos.step + 1, self.pos.epoch, self.cfg.model.d_model))
         self.optimizer.zero_grad(set_to_none=True)
-        record = self._scst_graphed(micro) if self.pos.phase == "scst" else None
+        scst = self.pos.phase == "scst"
+        record = self.scst.graphed(micro, self.model, self.objective, self.optimizer, self._parameters(),
+                                   self._score) if scst else None
         if record is None:  # the graphed SCST update steps itself; every other step steps here
-            record = self._scst_parts(micro) if self.pos.phase == "scst" else self._xe_parts(micro)
+            record = self.scst.eager(micro, self.model, self._score, self._sync) if scst else self._xe_parts(micro)
             self.precision.step(self.optimizer, self._parameters(), t.grad_clip, t.grad_clip_mode)
         self.pos.step += 1
         return record
@@ -293,64 +288,14 @@ class Trainer:
         t = self.cfg.train
         return ((t.seed * 1_000_003 + self.pos.step) * 257 + self.dist.rank) * 64 + micro_index
 
-    def _scst_parts(self, micro: list) -> dict:
-        """Sample, reward and score every micro-batch; losses weighted by images."""
-        t, world = self.cfg.train, self.dist.world
-        images = [b.features.shape[0] for b in micro]
-        (total_images,) = all_sum([sum(images)], self.dist)
-        totals: dict[str, float] = defaultdict(float)
-        for i, b in enumerate(micro):
-            with self._sync(i == len(micro) - 1):
-                with self.precision.autocast():
-                    loss, rec = scst_loss(self.model, b, self.data.vocab, t.scst, self.reward,
-                                          score=self._score)
-                self.precision.backward(loss * (images[i] * world / total_images))
-            for k, v in {**rec, "loss": float(loss.detach())}.items():
-                totals[k] += v * images[i]
-        keys = sorted(totals)
-        return {k: v / total_images for k, v in zip(keys, all_sum([totals[k] for k in keys], self.dist))}
-
     def _score(self, *args):
         """SCST's scoring pass through the step's module (Objective.scst, in DDP when distributed)."""
         return self.engine("scst", *args)
 
-    def _scst_graphed(self, micro: list) -> dict | None:
-        """The SCST step with its update replayed as a CUDA graph (:mod:`catcap.training.scst_graph`;
-        the optimizer steps inside), or None where it cannot be (then the step runs eagerly)."""
-        params, b = self._parameters(), micro[0]
-        why = self.update_graphs.why_eager(b.features, self.optimizer, params, len(micro), self.dist.world,
-                                           self.cfg.train.deterministic)
-        if why is not None:
-            self.update_graphs.say_once(why)
-            return None
-        with self.precision.autocast():  # sampling under the run's precision, as on the eager path
-            drawn = draw_and_reward(self.model, b, self.data.vocab, self.cfg.train.scst, self.reward)
-        self.objective.train()
-        loss, entropy_sum, awc_value = self.update_graphs.update(self._score, self.model, self.optimizer, params,
-                                                                 b.features, b.feature_mask, drawn)
-        return {**finished_record(drawn, entropy_sum, awc_value), "loss": float(loss.detach())}
-
-    @property
-    def reward(self) -> CiderReward:
-        """CIDEr-D with the training references' document frequencies (built once, cached on disk;
-        rank 0 builds the cache file, the other ranks read it)."""
-        if self._reward is None:
-            d = self.cfg.data
-            refs = [r.captions for r in self.data.train.records]
-            if not self.dist.is_main:
-                barrier(self.dist)
-            df, _ = cached_document_frequency(refs, d.dataset, d.train_split, self.out, self.log)
-            if self.dist.is_main:
-                barrier(self.dist)
-            self._reward = CiderReward(df)
-        return self._reward
-
     def _train_set(self):
         """The dataset and collate function of the current phase."""
         if self.pos.phase == "scst":
-            if self._train_images is None:
-                self._train_images = ImageDataset(self.data.train.records, self.data.store, self.data.vocab)
-            return self._train_images, collate_images
+            return self.scst.images, collate_images
         return self.data.train, collate_captions
 
     def _loader(self, batches: list[list[int]]) -> DataLoader:
