@@ -16,7 +16,7 @@
 # another lane holds, so `xe; scst` beside `lstm; xe; scst` keeps both cores busy to the end.
 # Interrupt at will: a rerun resumes each training from its last checkpoint (--resume) and skips
 # whatever is finished. Lane scst skips an arm whose XE run is not finished yet (rerun it later).
-# Finished runs outlive the machine: each scored run's small files (scores, the 1,000 val captions,
+# Finished runs outlive the machine: each scored run's small files (corpus scores, the 1,000 val captions,
 # its training log, its config, its history curves; no weights) are copied into RECORD
 # (default benchmarks/results/flickr8k_seeds, committed), written to a temporary folder and renamed,
 # and a lane skips any run RECORD holds. The summary reads RECORD (benchmarks/flickr8k_seeds.py).
@@ -78,7 +78,10 @@ keep() {
   recorded $run && return 0
   mkdir -p $record
   local tmp=$(mktemp -d $record/.$name.XXXXXX)
-  cp $run/val_beam3.json $run/val_beam3_results.json $run/log.jsonl $tmp/
+  # the corpus scores (the per-image ones, 270 kB a run, follow from the captions and references)
+  python -c 'import json, sys; s = json.load(open(sys.argv[1])); s.pop("per_image", None); json.dump(s, open(sys.argv[2], "w"), indent=1)' \
+      $run/val_beam3.json $tmp/val_beam3.json
+  cp $run/val_beam3_results.json $run/log.jsonl $tmp/
   cp $run/best/config.json $tmp/config.json
   for h in $run/history $run/history_layer*; do
     [ -e $h/history_weight.json ] || continue

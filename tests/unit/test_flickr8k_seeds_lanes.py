@@ -7,6 +7,7 @@ stand-in (a shell script on PATH that writes the files a run leaves and logs eac
 logic under test is the real script's."""
 
 import fcntl
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -26,7 +27,8 @@ case $cmd in
             echo '{"kind": "train", "step": 20}' > $out/log.jsonl
             echo '{"model": {"cross_attention": "caca"}}' > $out/best/config.json ;;
   evaluate) while [ $# -gt 0 ]; do
-              case $1 in --output) echo '{}' > "$2" ;; --save-results) echo '[]' > "$2" ;; esac; shift
+              case $1 in --output) echo '{"corpus": {"CIDEr": 0.5}, "per_image": [{"CIDEr": 0.5}]}' > "$2" ;;
+                         --save-results) echo '[]' > "$2" ;; esac; shift
             done ;;
   analyze)  while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done; echo "analyze $out" >> "$CALLS"
             mkdir -p $out; echo '{"checkpoints": [{"num_layers": 3}]}' > $out/history_weight.json ;;
@@ -116,6 +118,7 @@ def test_a_finished_run_is_recorded_with_its_small_files_and_a_recorded_run_is_n
         "config.json", "history/history_weight.json", "history_layer0/history_weight.json",
         "history_layer1/history_weight.json", "log.jsonl", "val_beam3.json", "val_beam3_results.json"]
     assert not list(kept.parent.glob(".*")), "the temporary folder was left behind"
+    assert json.loads((kept / "val_beam3.json").read_text()) == {"corpus": {"CIDEr": 0.5}}  # per-image scores left out
     # a new machine: the run folders are gone, the record is not; nothing is trained again
     import shutil
     shutil.rmtree(tmp_path / "runs")
