@@ -9,8 +9,9 @@
 # Every run is scored on the 1,000 val photos at beam 3 (results saved for the paired bootstrap) and,
 # for CACA runs, its history weight per step is recorded (catcap analyze history, 250 val photos).
 # The summary (per seed, mean and spread, pooled paired bootstrap): benchmarks/flickr8k_seeds.py.
-# 94-153 min per XE run on one core at its median logged rate (seed 0, beside the other lane; SCST
-# not yet run); each lane is one process at one thread, so two lanes share the 2-core machine.
+# Per run on one core, the two lanes side by side: Transformer 74 min, CAT 87-92, Up-Down 46-56,
+# Up-Down + CACA 61, SCST 19-23 (benchmarks/flickr8k.md); each lane is one process at one thread,
+# so two lanes share the 2-core machine.
 # Lanes share the work: a lane takes a run only while it holds the run's lock
 # (OUT_DIR/.<run>.lock, flock; freed when the lane's process ends, even killed), and skips a run
 # another lane holds, so `xe; scst` beside `lstm; xe; scst` keeps both cores busy to the end.

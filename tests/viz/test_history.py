@@ -22,9 +22,10 @@ from catcap.data.karpathy import load_karpathy  # noqa: E402
 from catcap.data.synthetic import make_world  # noqa: E402
 from catcap.training.checkpoint import save_checkpoint  # noqa: E402
 from catcap.training.setup import make_model  # noqa: E402
-from catcap.viz.history import (ImageAttention, collect_history_weights, image_attention, image_file,  # noqa: E402
+from catcap.viz.history import (HistoryCurve, ImageAttention, collect_history_weights, image_attention, image_file,  # noqa: E402
                                 image_folders)
-from catcap.viz.history_plots import plot_history_weight, plot_image_attention  # noqa: E402
+from catcap.viz.history_plots import (LEGEND_INSIDE, history_weight_figure, plot_history_weight,  # noqa: E402
+                                      plot_image_attention)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 MAX_LEN = 12
@@ -384,3 +385,37 @@ def _check_recurrent_history(world, checkpoint, heads: int) -> None:
     np.testing.assert_allclose(curve.mean, expected, atol=2e-6)
     assert len(curve.per_head) == heads and len(curve.beta) == heads
     _check_one_image(cap, records[0].key)
+
+
+def _toy_curve(k: int, beta: bool) -> HistoryCurve:
+    mean = [0.05 * k + 0.01 * t for t in range(12)]
+    return HistoryCurve(label=f"arm {k}", checkpoint=f"c{k}", cross_attention="caca", strategy="chc", awc=beta,
+                        layer=2, num_layers=3, split="val", images=10, include_eos=False, mean=mean,
+                        per_head=[mean], counts=[10] * 12, beta=[0.1 * k, 0.1 * k] if beta else None)
+
+
+@pytest.mark.parametrize("arms", [1, 4])
+def test_history_weight_legend_covers_no_curve(arms, tmp_path):
+    """Up to LEGEND_INSIDE entries the legend sits in the top panel; with more (4 arms with AWC
+    targets: 8 entries, as the seeds report draws) it goes under both panels, where no line is,
+    and lists every entry."""
+    curves = [_toy_curve(k, beta=True) for k in range(arms)]
+    fig = history_weight_figure(curves)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    top, low = fig.axes
+    entries = 2 * arms
+    if entries <= LEGEND_INSIDE:
+        assert top.get_legend() is not None and not fig.legends
+        return
+    assert top.get_legend() is None and len(fig.legends) == 1
+    legend = fig.legends[0]
+    assert len(legend.get_texts()) == entries
+    box = legend.get_window_extent(renderer)
+    for ax in (top, low):
+        panel = ax.get_tightbbox(renderer)  # the panel with its tick labels and axis title
+        assert box.y1 <= panel.y0, (box, panel)
+    assert box.y0 >= 0, "the legend runs off the bottom of the figure"
+    _png_size(plot_history_weight(curves, tmp_path / "many.png"))

@@ -51,12 +51,24 @@ def _layer_name(layer: int, num_layers: int) -> str:
 
 # -- (a) history weight per word position -------------------------------------------------------
 
+# a legend of more entries than this goes under the plots, where it cannot cover a curve
+LEGEND_INSIDE = 3
+
+
 def plot_history_weight(curves: Sequence[HistoryCurve], path: str | Path, title: str | None = None) -> Path:
     """Line plot of the mean history weight per word position, one line per curve; a dotted
     line marks a checkpoint's AWC target (its beta averaged over heads) when it has one."""
+    return _save(history_weight_figure(curves, title), path)
+
+
+def history_weight_figure(curves: Sequence[HistoryCurve], title: str | None = None) -> Figure:
+    """The figure :func:`plot_history_weight` saves. Its legend sits inside the top panel for up
+    to LEGEND_INSIDE entries and below both panels for more (the figure grows to hold it)."""
     if not curves:
         raise ValueError("plot_history_weight needs at least one HistoryCurve, got none")
-    fig = Figure(figsize=(8.5, 6.2))
+    entries = len(curves) + sum(1 for c in curves if c.beta)
+    below = 0.0 if entries <= LEGEND_INSIDE else 0.3 + 0.2 * entries  # inches under the panels
+    fig = Figure(figsize=(8.5, 6.2 + below))
     grid = fig.add_gridspec(2, 1, height_ratios=[3.2, 1.0], hspace=0.08)
     ax = fig.add_subplot(grid[0])
     low = fig.add_subplot(grid[1], sharex=ax)
@@ -77,7 +89,8 @@ def plot_history_weight(curves: Sequence[HistoryCurve], path: str | Path, title:
     ax.set_xlim(0.5, longest + 0.5)
     ax.set_ylabel("mean history weight $a_t$\n(attention on history, head average)")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=8.5, framealpha=0.9)
+    if not below:
+        ax.legend(loc="best", fontsize=8.5, framealpha=0.9)
     ax.tick_params(labelbottom=False)
     first = curves[0]
     eos = " incl. the <eos> step" if first.include_eos else ", words only"
@@ -90,8 +103,12 @@ def plot_history_weight(curves: Sequence[HistoryCurve], path: str | Path, title:
     low.grid(True, alpha=0.3)
     step = max(1, math.ceil(longest / 20))
     low.set_xticks(range(1, longest + 1, step))
-    fig.subplots_adjust(left=0.12, right=0.97, top=0.9, bottom=0.09)
-    return _save(fig, path)
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.12, right=0.97, top=1 - 0.62 / height, bottom=(0.56 + below) / height)
+    if below:
+        handles, labels = ax.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.12, 0.01), fontsize=8.5, frameon=False)
+    return fig
 
 
 # -- (b) one image, one panel per word ------------------------------------------------------------
