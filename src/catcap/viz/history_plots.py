@@ -66,9 +66,7 @@ def history_weight_figure(curves: Sequence[HistoryCurve], title: str | None = No
     to LEGEND_INSIDE entries and below both panels for more (the figure grows to hold it)."""
     if not curves:
         raise ValueError("plot_history_weight needs at least one HistoryCurve, got none")
-    entries = len(curves) + sum(1 for c in curves if c.beta)
-    below = 0.0 if entries <= LEGEND_INSIDE else 0.3 + 0.2 * entries  # inches under the panels
-    fig = Figure(figsize=(8.5, 6.2 + below))
+    fig = Figure(figsize=(8.5, 6.2))
     grid = fig.add_gridspec(2, 1, height_ratios=[3.2, 1.0], hspace=0.08)
     ax = fig.add_subplot(grid[0])
     low = fig.add_subplot(grid[1], sharex=ax)
@@ -89,7 +87,11 @@ def history_weight_figure(curves: Sequence[HistoryCurve], title: str | None = No
     ax.set_xlim(0.5, longest + 0.5)
     ax.set_ylabel("mean history weight $a_t$\n(attention on history, head average)")
     ax.grid(True, alpha=0.3)
-    if not below:
+    handles, labels = ax.get_legend_handles_labels()
+    below = 0.0 if len(handles) <= LEGEND_INSIDE else 0.3 + 0.2 * len(handles)  # inches under the panels
+    if below:
+        fig.set_size_inches(8.5, 6.2 + below)
+    else:
         ax.legend(loc="best", fontsize=8.5, framealpha=0.9)
     ax.tick_params(labelbottom=False)
     first = curves[0]
@@ -106,7 +108,6 @@ def history_weight_figure(curves: Sequence[HistoryCurve], title: str | None = No
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.12, right=0.97, top=1 - 0.62 / height, bottom=(0.56 + below) / height)
     if below:
-        handles, labels = ax.get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.12, 0.01), fontsize=8.5, frameon=False)
     return fig
 
