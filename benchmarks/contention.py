@@ -304,10 +304,10 @@ def summarise(times: dict, args, policies: list[str]) -> list[dict]:
 
 
 def describe_machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    from catcap.machine import cpu_model
     from catcap.threads import available_cpus, cgroup_cpu_limit, niced_time_is_free
 
+    cpu = cpu_model()
     quota = cgroup_cpu_limit()
     return (f"{platform.machine()} {cpu}, {os.cpu_count()} CPUs ({available_cpus()} available to this process; "
             f"cgroup CPU quota: {'none' if quota is None else f'{quota:g} CPUs'}), Linux {platform.release()}, "

@@ -6,7 +6,9 @@ the lanes saved (``val_beam3.json``, ``val_beam3_results.json``), the training l
 wall time) and, for CACA runs, the history weight per word position (``history/history_weight.json``,
 ``catcap analyze history``). It prints:
 
-1. per arm and seed: BLEU-4, METEOR, ROUGE-L, CIDEr-D (x100), best epoch, training time;
+1. per arm and seed: BLEU-4, METEOR, ROUGE-L, CIDEr-D (x100), best epoch, training time and
+   what trained it (``machine.jsonl``, written by ``catcap train`` since 2026-11-28: the CPU's
+   instruction set, PyTorch, threads; "not recorded" for the runs before);
 2. per arm: mean and sample standard deviation over the seeds;
 3. paired bootstrap of every comparison in PAIRS on the *pooled* captions: each (image, seed)
    is one item, the arms paired on the same (image, seed) (1,000 resamples). Pooling is exact for
@@ -72,14 +74,31 @@ def training_summary(run: Path) -> tuple[str, str]:
     return f"{chosen} of {epochs}", f"{seconds / 60:.0f}"
 
 
+def machine_of(run: Path) -> str:
+    """What trained a run, from its ``machine.jsonl`` (one line per start or resume): the CPU's
+    instruction set (or the GPU), PyTorch and the thread count, each distinct one once."""
+    path = run / "machine.jsonl"
+    if not path.exists():
+        return "not recorded"
+    seen = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            m = json.loads(line)
+            text = f"{m.get('gpu') or m['cpu_capability']}, torch {m['torch']}, {m['torch_threads']} thread(s)"
+            if text not in seen:
+                seen.append(text)
+    return " then ".join(seen) or "not recorded"
+
+
 def scores_table(out: Path, arms: list[str]) -> list[str]:
-    lines = ["| arm | seed | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | best epoch | minutes |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | seed | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | best epoch | minutes | machine |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for arm in arms:
         for seed, run in runs_of(out, arm).items():
             corpus = json.loads((run / "val_beam3.json").read_text())["corpus"]
             best, minutes = training_summary(run)
             cells = " | ".join(f"{100 * corpus[m]:.1f}" if m in corpus else "-" for m in METRICS)
-            lines.append(f"| {LABELS[arm]} | {seed} | {cells} | {best} | {minutes} |")
+            lines.append(f"| {LABELS[arm]} | {seed} | {cells} | {best} | {minutes} | {machine_of(run)} |")
     return lines
 
 

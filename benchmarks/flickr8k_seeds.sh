@@ -83,6 +83,7 @@ keep() {
   python -c 'import json, sys; s = json.load(open(sys.argv[1])); s.pop("per_image", None); json.dump(s, open(sys.argv[2], "w"), indent=1)' \
       $run/val_beam3.json $tmp/val_beam3.json
   cp $run/val_beam3_results.json $run/log.jsonl $tmp/
+  [ ! -e $run/machine.jsonl ] || cp $run/machine.jsonl $tmp/  # what trained it (catcap train writes it)
   cp $run/best/config.json $tmp/config.json
   for h in $run/history $run/history_layer*; do
     [ -e $h/history_weight.json ] || continue

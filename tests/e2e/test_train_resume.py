@@ -89,6 +89,21 @@ def test_kill_and_resume_gives_identical_weights(tiny_world, tiny_overrides, tmp
     assert steps == list(range(1, a["trainer"]["position"]["step"] + 1))
     assert resumed_log == full_log
 
+    # machine.jsonl: a line per start (the killed one from step 0, the resumed one from its checkpoint)
+    starts = _machine_lines(out)
+    assert [(m["step"], m["resumed"]) for m in starts] == [(0, False), (killed_at, True)], starts
+    assert [(m["step"], m["resumed"]) for m in _machine_lines(tmp_path / "full")] == [(0, False)]
+
+
+def _machine_lines(run):
+    """``run/machine.jsonl``, each line checked to name what computed the run."""
+    lines = [json.loads(line) for line in (run / "machine.jsonl").read_text().splitlines()]
+    for m in lines:
+        assert m["torch"] == torch.__version__ and m["device"] == "cpu" and m["processes"] == 1, m
+        assert m["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and m["cpu"], m
+        assert m["torch_threads"] >= 1 and m["cpu_gemm"] in ("torch", "onednn") and m["phase"] in ("xe", "scst"), m
+    return lines
+
 
 def test_a_new_run_in_the_same_folder_starts_its_own_log(tiny_world, tiny_overrides, tmp_path):
     args = tiny_overrides(tiny_world, tmp_path / "run", **{"train.max_steps": 3, "train.epochs": 1})
@@ -102,6 +117,11 @@ def test_a_new_run_in_the_same_folder_starts_its_own_log(tiny_world, tiny_overri
     assert len(logs) == 2 and "log.jsonl" in logs
     for name in logs:  # each log holds one run: steps 1, 2, 3 once
         assert [r["step"] for r in _records(tmp_path / "run" / name) if r["kind"] == "train"] == [1, 2, 3]
+    machines = sorted(p.name for p in (tmp_path / "run").glob("machine*.jsonl"))  # and its own machine line
+    assert len(machines) == 2 and "machine.jsonl" in machines
+    for name in machines:
+        assert [(m["step"], m["resumed"]) for m in map(json.loads, (tmp_path / "run" / name).read_text().splitlines())] \
+            == [(0, False)]
 
 
 def test_resume_refuses_a_different_model_before_loading_it(tiny_world, tiny_overrides, tmp_path):

@@ -55,3 +55,13 @@ def test_a_new_run_sets_the_old_log_aside(tmp_path):
         moved = runlog.set_aside(tmp_path)
         assert moved.read_text() == content and not log.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.20231114-221320-2.jsonl", "log.20231114-221320.jsonl"]
+
+
+def test_machine_lines_append_and_a_new_run_sets_them_aside(tmp_path):
+    runlog.note_machine(tmp_path, {"step": 0, "resumed": False})
+    runlog.note_machine(tmp_path, {"step": 4, "resumed": True})
+    assert _read(tmp_path / runlog.MACHINE_NAME) == [{"step": 0, "resumed": False}, {"step": 4, "resumed": True}]
+    os.utime(tmp_path / runlog.MACHINE_NAME, (1_700_000_000, 1_700_000_000))
+    moved = runlog.set_aside(tmp_path, runlog.MACHINE_NAME)
+    assert moved.name == "machine.20231114-221320.jsonl" and len(_read(moved)) == 2
+    assert not (tmp_path / runlog.MACHINE_NAME).exists() and runlog.set_aside(tmp_path, runlog.MACHINE_NAME) is None

@@ -24,7 +24,7 @@ for a in "$@"; do
 done
 case $cmd in
   train)    echo "train $out" >> "$CALLS"; sleep "${TRAIN_S:-0}"; mkdir -p $out/best
-            echo '{"kind": "train", "step": 20}' > $out/log.jsonl
+            echo '{"kind": "train", "step": 20}' > $out/log.jsonl; echo '{"step": 0}' > $out/machine.jsonl
             echo '{"model": {"cross_attention": "caca"}}' > $out/best/config.json ;;
   evaluate) while [ $# -gt 0 ]; do
               case $1 in --output) echo '{"corpus": {"CIDEr": 0.5}, "per_image": [{"CIDEr": 0.5}]}' > "$2" ;;
@@ -116,7 +116,7 @@ def test_a_finished_run_is_recorded_with_its_small_files_and_a_recorded_run_is_n
     kept = tmp_path / "benchmarks" / "results" / "flickr8k_seeds" / "cat_s0"
     assert sorted(str(f.relative_to(kept)) for f in kept.rglob("*") if f.is_file()) == [
         "config.json", "history/history_weight.json", "history_layer0/history_weight.json",
-        "history_layer1/history_weight.json", "log.jsonl", "val_beam3.json", "val_beam3_results.json"]
+        "history_layer1/history_weight.json", "log.jsonl", "machine.jsonl", "val_beam3.json", "val_beam3_results.json"]
     assert not list(kept.parent.glob(".*")), "the temporary folder was left behind"
     assert json.loads((kept / "val_beam3.json").read_text()) == {"corpus": {"CIDEr": 0.5}}  # per-image scores left out
     # a new machine: the run folders are gone, the record is not; nothing is trained again

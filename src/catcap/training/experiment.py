@@ -15,9 +15,10 @@ from catcap.training.scheduled_sampling import ScheduledSamplingConfig
 from catcap.training.scst import SCSTConfig
 
 
-HISTORY_VARIANTS = ("caca", "light_caca")
+HISTORY_VARIANTS = ("caca", "light_caca")  # cross attentions that report history weights
 # what a run writes into out_dir (catcap.training.loop, runlog, reward): the rest of the folder is kept
-RUN_FILES = ("best", "last", "log.jsonl", "log.*.jsonl", "training.png", "*.cider-df.npz", ".*.tmp-*", ".*.old")  # cross attentions that report history weights
+RUN_FILES = ("best", "last", "log.jsonl", "log.*.jsonl", "machine.jsonl", "machine.*.jsonl", "training.png",
+             "*.cider-df.npz", ".*.tmp-*", ".*.old")
 
 
 @dataclass

@@ -37,6 +37,7 @@ from catcap.config import to_dict
 from catcap.data.collate import collate_captions, collate_images
 from catcap.data.vocab import Vocab
 from catcap.folders import restore_aside
+from catcap.machine import describe
 from catcap.models.linear import cpu_gemm_backend
 from catcap.progress import progress_bar
 from catcap.training import runlog
@@ -96,6 +97,7 @@ class Trainer:
         self.log = log if self.dist.is_main else _quiet
         self.out = Path(cfg.out_dir)
         self.device = self.dist.device
+        self._machine: dict | None = None  # this start's machine.jsonl line, until the first log record
         if cfg.train.deterministic:
             use_deterministic(self.device)
         if self.dist.world * cfg.train.accumulate > cfg.train.batch_size:
@@ -215,17 +217,25 @@ class Trainer:
         barrier(self.dist)
 
     def _start_log(self, resumed: bool) -> None:
-        """One run per ``log.jsonl`` (:mod:`catcap.training.runlog`)."""
+        """One run per ``log.jsonl``; a line in ``machine.jsonl`` per start or resume (:mod:`catcap.training.runlog`)."""
         if resumed:
             dropped = runlog.rewind(self.out, self.pos.step, self.pos.epoch)
             if dropped:
                 self.log(f"[catcap] {dropped} log records written after that checkpoint removed from {self.out / runlog.LOG_NAME}")
-        elif (moved := runlog.set_aside(self.out)) is not None:
-            self.log(f"[catcap] an earlier run's log in {self.out} moved to {moved.name}")
+        else:
+            if (moved := runlog.set_aside(self.out)) is not None:
+                self.log(f"[catcap] an earlier run's log in {self.out} moved to {moved.name}")
+            runlog.set_aside(self.out, runlog.MACHINE_NAME)
+        # written with this start's first log record: a start killed before it leaves no line
+        self._machine = {"step": self.pos.step, "epoch": self.pos.epoch, "phase": self.pos.phase,
+                         "resumed": resumed, "processes": self.dist.world} | describe(self.device)
 
     def _log_json(self, record: dict) -> None:
         if not self.dist.is_main:
             return
+        if self._machine is not None:
+            runlog.note_machine(self.out, self._machine)
+            self._machine = None
         runlog.append(self.out, record)
 
     def train_step(self, batch) -> dict:

@@ -11,6 +11,10 @@ for its start weights.
 - A **resumed run** continues the log from its checkpoint: the records the interrupted run
   wrote after that checkpoint (training it redoes) are dropped, so every step appears once
   and the log of a killed-and-resumed run equals that of an uninterrupted one.
+- ``out_dir/machine.jsonl`` (:data:`MACHINE_NAME`) gets one line per start or resume of the
+  run (:func:`note_machine`): the step it starts at and :func:`catcap.machine.describe`, so a
+  run's numbers can be traced to the machine and software that computed them. A new run sets
+  the old one aside like the log; a resume appends (a run resumed elsewhere shows both machines).
 - Records are appended by :func:`append`; a kill can cut the last line short, so readers skip
   a last line that is not JSON (:func:`rewind` drops it, ``catcap plot-log`` ignores it).
   Fault points ``runlog.mid_line`` and ``runlog.after_append`` (``catcap.faults``).
@@ -26,19 +30,21 @@ from catcap import faults
 from catcap.atomic import write_text_atomic
 
 LOG_NAME = "log.jsonl"
+MACHINE_NAME = "machine.jsonl"
 
 
-def set_aside(out_dir: Path) -> Path | None:
-    """Move an existing ``out_dir/log.jsonl`` to ``log.<YYYYmmdd-HHMMSS>.jsonl``; returns the new
-    path (None when there was no log)."""
-    log = out_dir / LOG_NAME
+def set_aside(out_dir: Path, name: str = LOG_NAME) -> Path | None:
+    """Move an existing ``out_dir/log.jsonl`` (or ``name``) to ``log.<YYYYmmdd-HHMMSS>.jsonl``
+    (``machine.<...>.jsonl``); returns the new path (None when there was no such file)."""
+    log = out_dir / name
     if not log.exists():
         return None
+    stem = name.removesuffix(".jsonl")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(log.stat().st_mtime))
-    target, n = out_dir / f"log.{stamp}.jsonl", 1
+    target, n = out_dir / f"{stem}.{stamp}.jsonl", 1
     while target.exists():
         n += 1
-        target = out_dir / f"log.{stamp}-{n}.jsonl"
+        target = out_dir / f"{stem}.{stamp}-{n}.jsonl"
     log.rename(target)
     return target
 
@@ -55,6 +61,14 @@ def append(out_dir: Path, record: dict) -> None:
             line = line[len(line) // 2:]
         f.write(line)
     faults.point("runlog.after_append")
+
+
+def note_machine(out_dir: Path, record: dict) -> None:
+    """Append one line to ``out_dir/machine.jsonl``: where this start or resume of the run begins
+    (``record``: step, epoch, phase, resumed) and what computes it (:func:`catcap.machine.describe`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / MACHINE_NAME, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def rewind(out_dir: Path, step: int, epoch: int) -> int:
