@@ -22,7 +22,7 @@
 # (default benchmarks/results/flickr8k_seeds, committed), written to a temporary folder and renamed,
 # and a lane skips any run RECORD holds. The summary reads RECORD (benchmarks/flickr8k_seeds.py).
 # Checkpoints are not recorded, so lane xe trains the SCST run of each arm in SCST_ARMS (default
-# "cat_literal transformer"; SCST_ARMS= for none) right after its XE run, from the XE checkpoint
+# "cat cat_literal transformer": every arm of lane xe; SCST_ARMS= for none) right after its XE run, from the XE checkpoint
 # on this machine.
 # XE_ARMS="transformer cat_literal" limits lane xe to those arms (default all three); SEEDS="0" to seeds.
 # Lane record copies every finished run of OUT_DIR into RECORD (runs scored by an older script).
@@ -33,7 +33,7 @@ lane=${1:?usage: flickr8k_seeds.sh xe|lstm|scst|record [OUT_DIR] [ARMS]}
 out=${2:-runs/flickr8k_seeds}
 seeds=${SEEDS:-0 1 2}
 record=${RECORD:-benchmarks/results/flickr8k_seeds}
-scst_arms=${SCST_ARMS-cat_literal transformer}
+scst_arms=${SCST_ARMS-cat cat_literal transformer}
 for f in data/flickr8k/dataset_flickr8k.json data/flickr8k/lite2.h5; do
   [ $lane = record ] || [ -e $f ] || { echo "missing $f: make it as configs/experiments/flickr8k_cat_lite2.yaml says" >&2; exit 2; }
 done
