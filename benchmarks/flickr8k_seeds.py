@@ -76,7 +76,7 @@ def training_summary(run: Path) -> tuple[str, str]:
 
 def machine_of(run: Path) -> str:
     """What trained a run, from its ``machine.jsonl`` (one line per start or resume): the CPU's
-    instruction set (or the GPU), PyTorch and the thread count, each distinct one once."""
+    model and instruction set (or the GPU), PyTorch and the thread count, each distinct one once."""
     path = run / "machine.jsonl"
     if not path.exists():
         return "not recorded"
@@ -84,7 +84,8 @@ def machine_of(run: Path) -> str:
     for line in path.read_text().splitlines():
         if line.strip():
             m = json.loads(line)
-            text = f"{m.get('gpu') or m['cpu_capability']}, torch {m['torch']}, {m['torch_threads']} thread(s)"
+            cpu = f"{m['cpu']} ({m['cpu_capability']})" if m.get("cpu") else m["cpu_capability"]
+            text = f"{m.get('gpu') or cpu}, torch {m['torch']}, {m['torch_threads']} thread(s)"
             if text not in seen:
                 seen.append(text)
     return " then ".join(seen) or "not recorded"

@@ -45,7 +45,7 @@ def experiment(tmp_path: Path) -> tuple[Path, Path]:
     poor = {i: "a thing" for i in IMAGES}
     make_run(out, "updown", 0, 0.50, poor)
     make_run(out, "updown", 1, 0.52, poor)
-    machine = {"cpu_capability": "AVX512", "torch": "2.13.0+cpu", "torch_threads": 1}  # seed 1: resumed on a GPU
+    machine = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "torch": "2.13.0+cpu", "torch_threads": 1}  # seed 1: resumed on a GPU
     (out / "updown_s1" / "machine.jsonl").write_text("".join(json.dumps(m) + "\n" for m in (
         {**machine, "step": 0}, {**machine, "step": 5}, {**machine, "step": 8, "gpu": "NVIDIA H200"})))
     make_run(out, "updown_caca", 0, 0.55, good, {"mean": [0.1, 0.2, 0.3], "counts": [3, 3, 2], "beta": [0.2]})
@@ -77,7 +77,7 @@ def test_the_report_and_its_plot(tmp_path):
     text = done.stdout
     # what trained each run: machine.jsonl, each distinct machine once; "not recorded" without it
     assert "| Up-Down | 0 | 20.0 | 19.0 | 45.0 | 50.0 | 1 of 1 | 0 | not recorded |" in text
-    assert ("| Up-Down | 1 | 20.0 | 19.0 | 45.0 | 52.0 | 1 of 1 | 0 | AVX512, torch 2.13.0+cpu, 1 thread(s) then "
+    assert ("| Up-Down | 1 | 20.0 | 19.0 | 45.0 | 52.0 | 1 of 1 | 0 | AMD EPYC (AVX512), torch 2.13.0+cpu, 1 thread(s) then "
             "NVIDIA H200, torch 2.13.0+cpu, 1 thread(s) |") in text
     assert "| Up-Down + CACA + AWC | 2 | 20.00 ± 0.00 | 19.00 ± 0.00 | 45.00 ± 0.00 | 56.00 ± 1.41 |" in text
     row = next(line for line in text.splitlines() if line.startswith("| Up-Down | Up-Down + CACA + AWC | 0,1 | CIDEr |"))
