@@ -51,7 +51,8 @@ from pathlib import Path
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
-V, B, N, F, T = 10000, 50, 50, 2048, 16
+from workload import B, F, N, T, V
+
 DEFAULT_REFERENCE = Path(__file__).resolve().parent / "_work" / "AoANet"
 
 # The reference's train.sh recipe, plus every other option the AoAModel/AttModel constructors read.

@@ -119,7 +119,8 @@ def build_jobs(args) -> dict:
     wanted = set(args.jobs)
     if wanted & {"greedy", "beam", "xe_step"}:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from decode import B, F, N, T, V, Bench
+        from decode import Bench
+        from workload import B, F, N, T, V
 
         images = args.images_per_batch or B
         torch.manual_seed(0)

@@ -35,7 +35,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -49,10 +48,8 @@ from catcap.training.experiment import ExperimentConfig
 from catcap.training.losses import cross_entropy
 from catcap.training.precision import Precision
 from catcap.training.setup import make_optimizer
+from workload import JOBS, PRESETS, B, F, N, T, V
 
-V, B, N, F, T = 10000, 50, 50, 2048, 16
-JOBS = ("greedy", "beam", "train_step")
-PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 
 class Bench:

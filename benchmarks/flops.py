@@ -31,9 +31,8 @@ os.environ["CATCAP_CPU_GEMM"] = "torch"  # before catcap decides its backend (se
 import torch
 from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdpa_flop_count
 
-from decode import B, F, N, T, V, Bench
-
-JOBS = ("greedy", "beam", "train_step")
+from decode import Bench
+from workload import JOBS, B, F, N, T, V
 
 
 @register_flop_formula(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)

@@ -45,10 +45,9 @@ import torch
 from catcap.config import load_config
 from catcap.models.linear import Linear, cpu_gemm_backend
 from catcap.training.experiment import ExperimentConfig
-from decode import PRESETS, B, N, T, V
+from workload import JOBS, PRESETS, B, N, T, V
 
 STEPS, REGIONS, BEAM = T + 1, B * N, 5  # 16 words + the forced <eos> step
-JOBS = ("greedy", "beam", "train_step")
 
 
 def shapes(job: str = "greedy") -> list[tuple[str, int, int, int, int, bool]]:

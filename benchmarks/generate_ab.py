@@ -40,7 +40,8 @@ def worker(models: list[str], threads: int, malloc: str, static: bool = False) -
     import torch
 
     sys.path.insert(0, str(HERE))
-    from decode import B, F, N, T, V, Bench  # noqa: F401
+    from decode import Bench
+    from workload import B, F, N, T, V
     from catcap.decoding import GenerationConfig, beam_search, generate, greedy
     from catcap.malloc import keep_freed_memory
 

@@ -57,8 +57,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from decode import JOBS, B, Bench, N, T, V, interleaved, paired_ratio
-from decode import F as FEAT
+from decode import Bench, interleaved, paired_ratio
+from workload import JOBS, B, N, T, V
+from workload import F as FEAT
 
 MODEL_FILE = Path("captioning") / "models" / "cachedTransformer.py"
 GET_IT = ("git clone https://github.com/ruotianluo/self-critical.pytorch DIR, then pass --reference DIR "

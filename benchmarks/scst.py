@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,9 +31,9 @@ from catcap.training.losses import cross_entropy
 from catcap.training.reward import CiderReward
 from catcap.training.scst import SCSTConfig, advantages, draw_captions, policy_loss, sequence_log_probs
 from catcap.training.setup import make_optimizer
+from workload import PRESETS, B, N, T, V
 
-V, B, N, T, REFS = 10000, 50, 50, 16, 5
-PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
+REFS = 5
 
 
 def random_refs(rng, images: int) -> list[list[list[str]]]:

@@ -20,7 +20,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -31,9 +30,7 @@ from catcap.models.vlp import MASK_ID
 from catcap.training.experiment import ExperimentConfig
 from catcap.training.mlm import MLMConfig, masked_batch, masked_lm_loss
 from catcap.training.precision import Precision
-
-V, B, N, F, T = 10000, 50, 50, 2048, 16
-PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
+from workload import PRESETS, B, F, N, T, V
 
 
 @torch.no_grad()

@@ -52,6 +52,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from reference_decoder import build as build_reference  # noqa: E402
 from reference_decoder import runners as reference_runners  # noqa: E402
+import workload  # noqa: E402
 
 from catcap.config import load_config  # noqa: E402
 from catcap.decoding import GenerationConfig, build_processors, generate  # noqa: E402
@@ -63,10 +64,10 @@ from catcap.training.scst import Drawn, chosen_mask, sequence_log_probs, update_
 from catcap.training.scst_graph import UpdateGraphs  # noqa: E402
 from catcap.training.setup import make_optimizer  # noqa: E402
 
-PRESETS = HERE.parents[1] / "configs" / "models"
 MODELS = ("transformer", "cat", "lightcat", "m2", "m2_caca")
 BASES = {"cat": "transformer", "lightcat": "transformer", "m2_caca": "m2"}
-PAPER = dict(vocab=10000, images=50, regions=50, features=2048, words=16)
+PRESETS = workload.PRESETS
+PAPER = dict(vocab=workload.V, images=workload.B, regions=workload.N, features=workload.F, words=workload.T)
 QUICK = dict(vocab=50, images=2, regions=5, features=24, words=4)
 QUICK_MODEL = dict(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64)
 #: issue 39's targets: (what, measured name, bound); a ratio must be <= bound, a speed-up >= it

@@ -32,11 +32,11 @@ instead packs its weight once (``_reorder_linear_weight``) and reads the packed 
 weight changes: the same results to the bit (checked for 2 to 2,500 rows; a single row keeps
 the plain path, whose kernel sums in another order), each product 15-20% faster at 50 rows and
 ~3% at 250; greedy decoding of the paper-size Transformer 0.924x the time, beam 5 0.970x (quiet
-machine; ``benchmarks/decode_levers.py --levers packed_weights``). The copy costs the weight's
-size again in memory, is never saved, and is dropped by ``train()``. A change is seen through
-the weight's identity and version counter (optimizer steps, in-place ops, ``load_state_dict``);
-writes through ``weight.data`` bypass the counter: after such a write call ``model.train()``
-once, or write under ``torch.no_grad()`` instead.
+machine; ``benchmarks/studies/decode_levers.py --levers packed_weights``). The copy costs the
+weight's size again in memory, is never saved, and is dropped by ``train()``. A change is seen
+through the weight's identity and version counter (optimizer steps, in-place ops,
+``load_state_dict``); writes through ``weight.data`` bypass the counter: after such a write call
+``model.train()`` once, or write under ``torch.no_grad()`` instead.
 
 Weights keep ``nn.Linear``'s names and shapes, so checkpoints are unaffected.
 """

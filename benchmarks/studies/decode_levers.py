@@ -38,7 +38,7 @@ benchmarks/results/decode.md): ``two_topk`` (0.996, not kept) and ``prealloc_kv`
 (B, H, capacity, d_k) cache read through a narrowed view: 1.032, not kept; ``inplace_memory``
 is its time-major successor).
 
-Usage: python benchmarks/decode_levers.py [--repeats 7] [--jobs greedy beam] [--levers ...]
+Usage: python benchmarks/studies/decode_levers.py [--repeats 7] [--jobs greedy beam] [--levers ...]
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ import contextlib
 import copy
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -60,7 +62,9 @@ import catcap.models.cross.memory as memory
 import catcap.models.linear as linear_module
 from catcap.decoding import beam_search, greedy
 from catcap.malloc import keep_freed_memory
-from decode import B, F, N, T, V, Bench, add_malloc_argument
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: decode.py, workload.py
+from decode import Bench, add_malloc_argument  # noqa: E402
+from workload import B, F, N, T, V  # noqa: E402
 
 LEVERS = ("few_queries", "allowed_check", "bf16_weights", "inplace_memory", "masked_sums", "packed_weights", "fused_qkv",
           "compile_ffn", "inference_mode")

@@ -18,7 +18,7 @@ Levers (both tried 2026-11-27; neither is in catcap):
                    separate (850, 10,000) tensors. Its loss and gradients are checked against
                    the plain path before timing.
 
-Usage: python benchmarks/train_levers.py [--repeats 7] [--levers fused_attention fused_vocab_loss]
+Usage: python benchmarks/studies/train_levers.py [--repeats 7] [--levers fused_attention fused_vocab_loss]
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import argparse
 import contextlib
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -35,7 +37,9 @@ from catcap.malloc import keep_freed_memory
 from catcap.models.attention import MultiHeadAttention
 from catcap.models.linear import linear
 from catcap.training.losses import cross_entropy
-from decode import B, F, N, T, V, Bench
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: decode.py, workload.py
+from decode import Bench  # noqa: E402
+from workload import B, F, N, T, V  # noqa: E402
 
 LEVERS = ("fused_attention", "fused_vocab_loss")
 

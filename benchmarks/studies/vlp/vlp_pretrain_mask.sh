@@ -4,7 +4,7 @@
 # mask only (ratio 1.0: every masked word is predicted from the image and the words before it,
 # the situation of captioning), same 4 epochs, then the same 4 captioning epochs at each rate.
 # Compare with runs of vlp_finetune_lr.sh (same world, same OUT_DIR).
-# Usage: bash benchmarks/vlp_pretrain_mask.sh WORLD_DIR OUT_DIR
+# Usage: bash benchmarks/studies/vlp/vlp_pretrain_mask.sh WORLD_DIR OUT_DIR
 set -euo pipefail
 world=${1:-runs/world}
 out=${2:-runs/vlp_lr}

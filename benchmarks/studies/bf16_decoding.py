@@ -1,6 +1,6 @@
 """bf16-autocast vs fp32 greedy captions of a checkpoint's validation split (docs/distributed.md).
 
-    .venv/bin/python benchmarks/bf16_decoding.py runs/flickr8k/transformer/best
+    .venv/bin/python benchmarks/studies/bf16_decoding.py runs/flickr8k/transformer/best
 """
 import argparse
 import time

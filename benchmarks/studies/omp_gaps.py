@@ -12,7 +12,7 @@ How: a small shared library, compiled here with gcc and preloaded (``LD_PRELOAD`
 process per job, wraps libgomp's ``GOMP_parallel`` (every region of PyTorch, oneDNN and MKL
 starts there) and keeps the histogram. PyTorch's defaults run in that process.
 
-Usage: python benchmarks/omp_gaps.py [--jobs greedy beam xe_step demo_train] [--runs 3]
+Usage: python benchmarks/studies/omp_gaps.py [--jobs greedy beam xe_step demo_train] [--runs 3]
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def compile_tools(folder: Path) -> tuple[Path, float]:
 def count(job: str, runs: int, work: str, library: str) -> None:
     """In the preloaded process: build ``job`` (contention.py's, warmed up), run it ``runs``
     times, print one line."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import contention
 
     gaps = ctypes.CDLL(library)
@@ -110,7 +110,7 @@ def main() -> None:
     if args.count:
         count(args.count[0], args.runs, args.count[1], args.count[2])
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import contention
 
     with tempfile.TemporaryDirectory(prefix="catcap-omp-gaps-") as work:

@@ -8,7 +8,7 @@
 # 56-epoch VQA of vlp_vqa_seeds.sh (Adam 1e-4, seeds 0, 1 and 2) from the 5-epoch model.
 # Results: benchmarks/results/vlp.md. About 10 min per pre-training epoch and 15 min for the VQA run
 # on one core. Needs the runs of vlp_pretrain_rate.sh in OUT_DIR.
-# Usage: bash benchmarks/vlp_pretrain_length.sh OUT_DIR [EPOCHS] [VQA_FROM] [SEEDS]
+# Usage: bash benchmarks/studies/vlp/vlp_pretrain_length.sh OUT_DIR [EPOCHS] [VQA_FROM] [SEEDS]
 #        (default runs/vlp_pool "2 3 4 5" 5 "0 1 2"; seed 0's run has no _s suffix)
 set -euo pipefail
 out=${1:-runs/vlp_pool}
@@ -18,7 +18,7 @@ seeds=${4:-0 1 2}
 source "$(dirname "$0")/vlp_common.sh"
 world=$out/world
 [ -e $out/pre_lo/last ] && [ -e $out/dataset_vqa300.json ] || \
-  { echo "run benchmarks/vlp_pretrain_rate.sh $out first (needs $out/pre_lo/last and $out/dataset_vqa300.json)" >&2; exit 2; }
+  { echo "run benchmarks/studies/vlp/vlp_pretrain_rate.sh $out first (needs $out/pre_lo/last and $out/dataset_vqa300.json)" >&2; exit 2; }
 pool_pretraining $world
 [ -e $out/pre_len ] || cp -r $out/pre_lo $out/pre_len
 for k in $epochs; do

@@ -4,7 +4,7 @@
 # Both arms: vlp_small architecture, new weights (--fresh), VQA 5 epochs at Adam 1e-4; one with
 # model.region_geometry=true (each region's box corners and area, docs/vlp.md). The architecture
 # comes from a 1-epoch captioning run of each kind (its weights are not used).
-# Usage: bash benchmarks/vlp_vqa_geometry.sh WORLD_DIR OUT_DIR
+# Usage: bash benchmarks/studies/vlp/vlp_vqa_geometry.sh WORLD_DIR OUT_DIR
 set -euo pipefail
 world=${1:-runs/world}
 out=${2:-runs/vlp_geometry}

@@ -6,12 +6,12 @@
 # Results: benchmarks/results/vlp.md. About 13 min per run on one core (4 runs); two processes
 # (e.g. SEEDS "1" and "2" side by side) halve the wall time.
 # Needs the runs of vlp_pretrain_rate.sh in OUT_DIR (the pre-training pre_lo and dataset_vqa300.json).
-# Usage: bash benchmarks/vlp_vqa_seeds.sh OUT_DIR [SEEDS]   (default runs/vlp_pool, "1 2")
+# Usage: bash benchmarks/studies/vlp/vlp_vqa_seeds.sh OUT_DIR [SEEDS]   (default runs/vlp_pool, "1 2")
 set -euo pipefail
 out=${1:-runs/vlp_pool}
 seeds=${2:-1 2}
 [ -e $out/pre_lo/last ] && [ -e $out/dataset_vqa300.json ] || \
-  { echo "run benchmarks/vlp_pretrain_rate.sh $out first (needs $out/pre_lo/last and $out/dataset_vqa300.json)" >&2; exit 2; }
+  { echo "run benchmarks/studies/vlp/vlp_pretrain_rate.sh $out first (needs $out/pre_lo/last and $out/dataset_vqa300.json)" >&2; exit 2; }
 for seed in $seeds; do
   for arm in new pre_lo; do
     run=vqa300_${arm}_long_s$seed

@@ -1,4 +1,4 @@
-# Shared by the benchmarks/vlp_*.sh scripts: sourced, not run.
+# Shared by the benchmarks/studies/vlp/vlp_*.sh scripts: sourced, not run.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 # shapes_data WORLD: sets the array `data` to the overrides that train vlp_small on a shapes

@@ -5,7 +5,7 @@
 # fine-tuned for the same 4 captioning epochs (1,200 steps) at the same rates, peak 2.6e-3 and
 # peak 6.4e-4 (factor 0.25), so the pre-trained start is compared with new weights at equal
 # fine-tuning steps and at each rate. vlp_small, shapes world, one thread per run.
-# Usage: bash benchmarks/vlp_finetune_lr.sh WORLD_DIR OUT_DIR
+# Usage: bash benchmarks/studies/vlp/vlp_finetune_lr.sh WORLD_DIR OUT_DIR
 set -euo pipefail
 world=${1:-runs/world}
 out=${2:-runs/vlp_lr}

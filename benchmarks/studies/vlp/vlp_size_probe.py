@@ -6,7 +6,7 @@ regions under the bidirectional mask, and the size family (small or large) whose
 higher is the model's answer. Accuracy against the caption's own family, beside the accuracy of
 always answering the more frequent family. A model that reads size from the regions scores well
 above that baseline; one that only learned the captions' word statistics scores at it.
-Usage: python benchmarks/vlp_size_probe.py CHECKPOINT [CHECKPOINT ...] [--dataset D] [--split val]
+Usage: python benchmarks/studies/vlp/vlp_size_probe.py CHECKPOINT [CHECKPOINT ...] [--dataset D] [--split val]
 """
 
 from __future__ import annotations

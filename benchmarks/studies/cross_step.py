@@ -7,7 +7,7 @@ beam reorder of that memory (``index_select`` of its rows), for each placement o
 (``per_level``: three 8-head memories, ``gated``: one). Medians of ``--calls`` calls, in ms
 and in units of one 250 x 512 x 512 ``torch.nn.Linear`` on the same rows.
 
-Usage: taskset -c 0 python benchmarks/cross_step.py [--lengths 1 8 16] [--calls 60]
+Usage: taskset -c 0 python benchmarks/studies/cross_step.py [--lengths 1 8 16] [--calls 60]
 """
 
 from __future__ import annotations

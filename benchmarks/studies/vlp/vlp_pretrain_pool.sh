@@ -5,7 +5,7 @@
 # pre-training for 1 epoch over all 20,000 images' captions (2,000 steps), then captioning on the
 # 3,000 for 4 epochs at peak rate 6.4e-4 (noam factor 0.25, the best rate for new weights in
 # vlp_finetune_lr.sh), against the same 4 epochs from new weights. vlp_small, one thread.
-# Usage: bash benchmarks/vlp_pretrain_pool.sh OUT_DIR
+# Usage: bash benchmarks/studies/vlp/vlp_pretrain_pool.sh OUT_DIR
 set -euo pipefail
 out=${1:-runs/vlp_pool}
 source "$(dirname "$0")/vlp_common.sh"

@@ -5,7 +5,7 @@
 #   captioning: pre-train 4 epochs (masked tokens) + caption 4 epochs  vs  caption 8 epochs
 #   VQA:        pre-train 4 epochs + VQA 3 epochs  vs  the same architecture, new weights, VQA 5 epochs
 #               (4 pre-training epochs ~ 1,200 steps ~ 2 VQA epochs of ~550 steps)
-# Usage: bash benchmarks/vlp_shapes.sh WORLD_DIR OUT_DIR      (WORLD_DIR from `catcap demo` or `catcap synth`)
+# Usage: bash benchmarks/studies/vlp/vlp_shapes.sh WORLD_DIR OUT_DIR      (WORLD_DIR from `catcap demo` or `catcap synth`)
 set -euo pipefail
 world=${1:-runs/demo/world}
 out=${2:-runs/vlp_shapes}

@@ -15,7 +15,7 @@
 #     pre-trained start off the majority answer on size questions?).
 # Results: benchmarks/results/vlp.md. About 2.5 hours on one core.
 # Needs the world and runs of vlp_pretrain_pool.sh in OUT_DIR. vlp_small, one thread.
-# Usage: bash benchmarks/vlp_pretrain_rate.sh OUT_DIR   (default runs/vlp_pool)
+# Usage: bash benchmarks/studies/vlp/vlp_pretrain_rate.sh OUT_DIR   (default runs/vlp_pool)
 set -euo pipefail
 out=${1:-runs/vlp_pool}
 source "$(dirname "$0")/vlp_common.sh"

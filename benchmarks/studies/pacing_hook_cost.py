@@ -6,7 +6,7 @@ and with the hook (a pacer over one CPU: it never changes the count and checks t
 call), and the module calls of benchmarks/contention.py's paper-size greedy, beam-5 and XE-step
 jobs. Results: docs/performance.md ("Threads on a shared CPU").
 
-Usage: python benchmarks/pacing_hook_cost.py
+Usage: python benchmarks/studies/pacing_hook_cost.py
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "src"))
+BENCHMARKS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCHMARKS))  # contention.py
+sys.path.insert(0, str(BENCHMARKS.parent / "src"))
 
 from contention import build_jobs  # noqa: E402
 

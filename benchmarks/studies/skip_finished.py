@@ -17,7 +17,7 @@ row count, and at least 4); the other rows are kept running.
 Models whose prepared image memory has no per-image selection (CAT's ``PreparedRegions``) are
 refused with a message: the lever was measured on the Transformer-family M2 model.
 
-Usage: python benchmarks/skip_finished.py [--model flickr8k-m2] [--images 1000] [--batch 50]
+Usage: python benchmarks/studies/skip_finished.py [--model flickr8k-m2] [--images 1000] [--batch 50]
        (needs data/flickr8k/dataset_flickr8k.json and the model's feature store, e.g.
        data/flickr8k/lite2.h5: benchmarks/flickr8k.md makes them)
 """
