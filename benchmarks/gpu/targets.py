@@ -347,7 +347,8 @@ def main() -> None:
     if args.sc and Path(args.sc).is_dir() and not args.quick:
         jobs.update(self_critical(Path(args.sc), features, device, size))
     else:
-        print(json.dumps({"self_critical": "skipped", "why": "--quick" if args.quick else "no checkout (--sc DIR)"}))
+        why = "--quick" if args.quick else f"no directory at {args.sc}" if args.sc else "no checkout (--sc DIR)"
+        print(json.dumps({"self_critical": "skipped", "why": why}))
     with torch.no_grad():
         seconds = interleaved(jobs, device, args.repeats)
     scst = {}
