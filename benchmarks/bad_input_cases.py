@@ -311,4 +311,4 @@ CASES: list[Case] = [
     Case("ckpt-zoo-unknown-name", "checkpoints", lambda c, d: ["caption", "--checkpoint", "no-such-model", "1"], 2,
          ("no-such-model",)),
 ]
-# the other classes: bad_input_cases_more.py
+# the other classes: bad_input_cases_more.py; the commands' options and output paths: bad_input_cases_options.py

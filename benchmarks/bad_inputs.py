@@ -1,5 +1,5 @@
 """The bad-input catalogue (issue 40; docs/reliability.md): runs `catcap` on every malformed input of
-bad_input_cases.py and bad_input_cases_more.py (images, feature stores, checkpoints, configs,
+bad_input_cases.py, bad_input_cases_more.py and bad_input_cases_options.py (images, feature stores, checkpoints, configs,
 reference and result files, importers, numbers, permissions, interrupted runs, derived outputs,
 output paths) and judges each outcome from what the command did:
 
@@ -42,9 +42,10 @@ sys.path.insert(0, str(HERE))
 
 from bad_input_cases import CASES as FIRST, Case  # noqa: E402
 from bad_input_cases_more import MORE_CASES  # noqa: E402
+from bad_input_cases_options import OPTION_CASES  # noqa: E402
 from bad_input_context import Context  # noqa: E402
 
-CASES: list[Case] = FIRST + MORE_CASES
+CASES: list[Case] = FIRST + MORE_CASES + OPTION_CASES
 UNPRIVILEGED = "-dac_override,-dac_read_search,-fowner"  # setpriv: root without its file-mode overrides
 
 

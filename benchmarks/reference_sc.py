@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from decode import Bench, interleaved, paired_ratio
 from workload import JOBS, B, N, T, V
-from workload import F as FEAT
+from workload import F as FEAT  # F: torch.nn.functional here
 
 MODEL_FILE = Path("captioning") / "models" / "cachedTransformer.py"
 GET_IT = ("git clone https://github.com/ruotianluo/self-critical.pytorch DIR, then pass --reference DIR "

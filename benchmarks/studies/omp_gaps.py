@@ -85,12 +85,12 @@ def count(job: str, runs: int, work: str, library: str) -> None:
     """In the preloaded process: build ``job`` (contention.py's, warmed up), run it ``runs``
     times, print one line."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import contention
+    import contention_jobs
 
     gaps = ctypes.CDLL(library)
     gaps.gaps_bucket.restype = gaps.gaps_regions.restype = ctypes.c_long
     args = types.SimpleNamespace(jobs=[job], work=work, demo_steps=10, photos=32, images_per_batch=0)
-    run = contention.build_jobs(args)[job]
+    run = contention_jobs.build_jobs(args)[job]
     gaps.gaps_reset()
     for _ in range(runs):
         run()
@@ -111,7 +111,7 @@ def main() -> None:
         count(args.count[0], args.runs, args.count[1], args.count[2])
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import contention
+    import contention_jobs
 
     with tempfile.TemporaryDirectory(prefix="catcap-omp-gaps-") as work:
         library, spin_ns = compile_tools(Path(work))
@@ -119,9 +119,9 @@ def main() -> None:
               f"{3 * spin_ns:.0f} us, 10000 = {10 * spin_ns:.0f} us, 300000 (libgomp's default) = "
               f"{300 * spin_ns / 1000:.1f} ms", flush=True)
         if "demo_train" in args.jobs:
-            contention.make_world(Path(work), num_train=120)
+            contention_jobs.make_world(Path(work), num_train=120)
         env = dict(os.environ, LD_PRELOAD=str(library), CATCAP_THREADS="torch",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(contention.ROOT / "src"), os.environ.get("PYTHONPATH")])))
+                   PYTHONPATH=contention_jobs.src_pythonpath())
         for job in args.jobs:
             subprocess.run([sys.executable, __file__, "--runs", str(args.runs), "--count", job, work, str(library)],
                            check=True, env=env)

@@ -18,10 +18,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BENCHMARKS))  # contention.py
+sys.path.insert(0, str(BENCHMARKS))  # contention_jobs.py
 sys.path.insert(0, str(BENCHMARKS.parent / "src"))
 
-from contention import build_jobs  # noqa: E402
+from contention_jobs import build_jobs  # noqa: E402
 
 
 def hook_cost() -> None:
