@@ -91,7 +91,8 @@ def test_compare_overrides_take_the_family_recipe_at_its_tiny_size():
     assert transformer.train.label_smoothing == 0.0 and transformer.train.grad_clip_mode == "norm"
 
 
-README_RANGES = re.compile(r"prints CIDEr-D between ([\d.]+) and ([\d.]+) and BLEU-4 between ([\d.]+) and ([\d.]+)")
+README_RANGES = re.compile(r"prints CIDEr-D between (\d+(?:\.\d+)?) and (\d+(?:\.\d+)?) and BLEU-4 between (\d+(?:\.\d+)?) "
+                           r"and (\d+(?:\.\d+)?)")  # numbers without the sentence's full stop
 
 
 @pytest.mark.skipif(os.environ.get("CATCAP_FULL_DEMO") != "1",
